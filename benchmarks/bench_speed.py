@@ -1,0 +1,92 @@
+"""Speed of the planners and of a scaling sweep (issue 2, acceptance item 11).
+
+Run: .venv/bin/python benchmarks/bench_speed.py [--repeats 21]
+Profiles are built first (not timed); each timing is repeated and reported as median [min, max].
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+
+from commsched.cost.cluster import preset
+from commsched.cost.models import Piecewise
+from commsched.planners import MGWFBP, STRATEGIES, Optimal
+from commsched.profile.zoo_profile import zoo_profile
+from commsched.scale import expand_workers, sweep
+from commsched.types import ModelProfile, TensorSpec
+
+SCALE_MODELS = (
+    "resnet18", "resnet50", "resnet101", "resnet152", "vgg16",
+    "googlenet", "densenet121", "densenet201", "inception_v3", "mobilenet_v2",
+)
+
+
+def timed(fn, repeats: int) -> tuple[float, float, float]:
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts), min(ts), max(ts)
+
+
+def synthetic(n: int, template: ModelProfile) -> ModelProfile:
+    """n tensors cycling through a real model's sizes and backward times (a 'very deep' model)."""
+    ts = template.tensors
+    return ModelProfile(
+        "synthetic", template.batch_size, template.device, "estimated", template.forward_s,
+        tuple(TensorSpec(f"t{i}", ts[i % len(ts)].bytes, ts[i % len(ts)].backward_s) for i in range(n)),
+    )
+
+
+def all_ready_at_once(n: int, seed: int = 0) -> ModelProfile:
+    """Adversarial for the pruned programme: every gradient ready at the same instant."""
+    rng = random.Random(seed)
+    return ModelProfile(
+        "adversarial", 1, "-", "estimated", 0.1,
+        tuple(TensorSpec(f"t{i}", rng.choice([1024, 4096, 262144, 2359296]), 0.0) for i in range(n)),
+    )
+
+
+def report(label: str, stats: tuple[float, float, float], target: str) -> None:
+    med, lo, hi = stats
+    print(f"| {label} | {med * 1e3:.2f} ms | [{lo * 1e3:.2f}, {hi * 1e3:.2f}] | {target} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=21)
+    args = ap.parse_args()
+    r = args.repeats
+    cluster = preset("v100-10gbe")
+    cost = cluster.allreduce
+    piecewise = Piecewise(2e-6, 5e-5, 8e-10, 1e-4, 45_000)  # OSF Eq. 18 shape, for the general path
+    d201 = zoo_profile("densenet201", 64, "V100")
+    r152 = zoo_profile("resnet152", 128, "V100")
+    syn = synthetic(20_000, r152)
+    adv = all_ready_at_once(20_000)
+    print("| what | median | [min, max] | target |")
+    print("|---|---|---|---|")
+    report("optimal, densenet201 (604 tensors), alpha-beta", timed(lambda: Optimal().ends(d201, cost), r), "< 10 ms")
+    report("optimal, densenet201, piecewise (general path)", timed(lambda: Optimal().ends(d201, piecewise), r), "-")
+    report("mgwfbp, densenet201", timed(lambda: MGWFBP().ends(d201, cost), r), "< 50 ms")
+    report("optimal, synthetic 20,000 tensors, alpha-beta", timed(lambda: Optimal().ends(syn, cost), r), "< 1 s")
+    report("optimal, synthetic 20,000 tensors, piecewise", timed(lambda: Optimal().ends(syn, piecewise), max(3, r // 4)), "-")
+    report("optimal, 20,000 tensors all ready at once, alpha-beta", timed(lambda: Optimal().ends(adv, cost), max(3, r // 4)), "-")
+    report("optimal, 20,000 tensors all ready at once, piecewise (worst case)", timed(lambda: Optimal().ends(adv, piecewise), 3), "-")
+    profiles = {m: zoo_profile(m, 32, "K80") for m in SCALE_MODELS}
+    workers = expand_workers("4,8,...,2048")
+    planners = list(STRATEGIES.values())
+    k80 = preset("k80-10gbe")
+    report(
+        f"scale sweep: {len(profiles)} models x {len(planners)} strategies x {len(workers)} worker counts",
+        timed(lambda: sweep(profiles, k80, workers, planners), max(3, r // 4)),
+        "< 5 s",
+    )
+
+
+if __name__ == "__main__":
+    main()

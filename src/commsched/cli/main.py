@@ -1,0 +1,329 @@
+"""The ``commsched`` command line: parse arguments, make one library call, write files.
+
+Every user error is a :class:`CommschedError`, printed as one line on stderr with exit code 2.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+
+from commsched.errors import CommschedError
+
+DEFAULT_MODEL = "resnet50"
+DEFAULT_BATCH = 32
+DEFAULT_DEVICE = "V100"
+
+
+def _err_console():
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def _split(values: Sequence[str]) -> list[str]:
+    return [v.strip() for item in values for v in item.split(",") if v.strip()]
+
+
+def _positive(what: str, value: float | None) -> None:
+    if value is not None and not value > 0:
+        raise CommschedError(f"{what} must be > 0, got {value!r}")
+
+
+# --- inputs ------------------------------------------------------------------------------------
+
+
+def _zoo_profile(model: str, batch_size: int, device: str, image_size: int | None, efficiency: float | None):
+    from commsched.devices import device as lookup_device
+
+    lookup_device(device)  # fail on a bad name before building a model
+    from commsched.models.zoo import ZOO_MODELS
+
+    if model not in ZOO_MODELS:
+        raise CommschedError(f"unknown model {model!r}; choose from {', '.join(ZOO_MODELS)}")
+    with _err_console().status(f"profiling {model} on the CPU (FLOPs and gradient ready order)"):
+        from commsched.profile.zoo_profile import zoo_profile
+
+        return zoo_profile(model, batch_size, device, image_size=image_size, efficiency=efficiency)
+
+
+def _profiles(
+    profile_paths: Sequence[str], models: Sequence[str], batch_size: int, device: str, image_size, efficiency
+) -> dict:
+    from commsched.io import load_profile
+
+    _positive("--batch-size", batch_size)
+    _positive("--image-size", image_size)
+    _positive("--efficiency", efficiency)
+    out = {}
+    for path in profile_paths:
+        p = load_profile(path)
+        out[p.model if p.model not in out else path] = p
+    for m in models:
+        out[m] = _zoo_profile(m, batch_size, device, image_size, efficiency)
+    return out
+
+
+def _cluster(spec: str, workers: int | None, algorithm: str | None):
+    from commsched.cost.cluster import preset
+    from commsched.io import load_cluster
+
+    c = load_cluster(spec) if (spec.endswith(".json") or Path(spec).exists()) else preset(spec)
+    if algorithm:
+        c = c.with_algorithm(algorithm)
+    if workers is not None:
+        _positive("--workers", workers)
+        c = c.with_workers(workers)
+    return c
+
+
+def _planners(names: Sequence[str], bucket_mb: float | None, hvd_threshold_mb: float | None, hvd_cycle_ms: float | None):
+    from dataclasses import replace
+
+    from commsched.planners import DDP, STRATEGIES, Horovod, planner
+    from commsched.planners.ddp import MIB
+
+    _positive("--bucket-mb", bucket_mb)
+    _positive("--horovod-cycle-ms", hvd_cycle_ms)
+    if hvd_threshold_mb is not None and hvd_threshold_mb < 0:
+        raise CommschedError(f"--horovod-threshold-mb must be >= 0, got {hvd_threshold_mb!r}")
+    chosen = [planner(n) for n in (_split(names) or list(STRATEGIES))]
+    out = []
+    for p in chosen:
+        if isinstance(p, DDP) and bucket_mb is not None:
+            p = replace(p, cap_bytes=int(bucket_mb * MIB))
+        if isinstance(p, Horovod):
+            if hvd_threshold_mb is not None:
+                p = replace(p, threshold_bytes=int(hvd_threshold_mb * MIB))
+            if hvd_cycle_ms is not None:
+                p = replace(p, cycle_s=hvd_cycle_ms / 1e3)
+        out.append(p)
+    return out
+
+
+# --- commands ----------------------------------------------------------------------------------
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="commsched")
+def cli() -> None:
+    """Plan, simulate and compare the gradient all-reduce schedule of data-parallel training."""
+
+
+@cli.command()
+@click.option("--model", default=DEFAULT_MODEL, show_default=True, help="Zoo model (see `commsched presets`).")
+@click.option("--batch-size", default=DEFAULT_BATCH, show_default=True, type=int, help="Per-worker batch.")
+@click.option("--device", default=DEFAULT_DEVICE, show_default=True, help="GPU preset for the estimate.")
+@click.option("--image-size", type=int, default=None, help="Input resolution (default 224, 299 for inception_v3).")
+@click.option("--efficiency", type=float, default=None, help="Fraction of peak FLOP/s reached (default: calibrated).")
+@click.option("--out", "out_path", required=True, help="Profile JSON to write.")
+def profile(model, batch_size, device, image_size, efficiency, out_path) -> None:
+    """Estimate a zoo model's profile: gradient tensors in ready order, bytes, backward times."""
+    from commsched.io import profile_to_json, write_json
+
+    p = _profiles([], [model], batch_size, device, image_size, efficiency)[model]
+    write_json(out_path, profile_to_json(p))
+    click.echo(
+        f"{p.model}: {len(p.tensors)} gradient tensors, {p.total_bytes / 2**20:.1f} MiB, "
+        f"forward {p.forward_s * 1e3:.1f} ms, backward {p.backward_s * 1e3:.1f} ms on {p.device} -> {out_path}",
+        err=True,
+    )
+
+
+def _strategy_options(f):
+    for opt in reversed(
+        [
+            click.option("--profile", "profile_paths", multiple=True, help="Profile JSON (commsched.profile/v1)."),
+            click.option("--model", "models", multiple=True, help=f"Zoo model to profile (default {DEFAULT_MODEL})."),
+            click.option("--batch-size", default=DEFAULT_BATCH, show_default=True, type=int),
+            click.option("--device", default=None, help=f"GPU for estimated profiles (default: the cluster's, else {DEFAULT_DEVICE})."),
+            click.option("--image-size", type=int, default=None),
+            click.option("--efficiency", type=float, default=None),
+            click.option("--cluster", "cluster_spec", default="v100-10gbe", show_default=True, help="Preset name or cluster JSON."),
+            click.option("--strategy", "strategies", multiple=True, help="Strategy (repeat or comma-separate; default all)."),
+            click.option("--bucket-mb", type=float, default=None, help="Bucket cap of the ddp strategy, MiB (default 25)."),
+            click.option("--horovod-threshold-mb", type=float, default=None, help="Fusion threshold of the horovod strategies, MiB."),
+            click.option("--horovod-cycle-ms", type=float, default=None, help="Cycle time of the horovod strategies, ms."),
+        ]
+    ):
+        f = opt(f)
+    return f
+
+
+@cli.command()
+@_strategy_options
+@click.option("--workers", type=int, default=None, help="Worker count (rescales a cluster given by link parameters).")
+@click.option("--algorithm", default=None, help="All-reduce algorithm (ring, tree, double_binary_tree, ...).")
+@click.option("--json", "as_json", is_flag=True, help="Print {strategies, best} as one JSON document on stdout.")
+@click.option("--out", "out_dir", default=None, help="Directory for plan.json, trace.json, gantt.png (default out/).")
+def plan(
+    profile_paths, models, batch_size, device, image_size, efficiency, cluster_spec, strategies, bucket_mb,
+    horovod_threshold_mb, horovod_cycle_ms, workers, algorithm, as_json, out_dir,
+) -> None:
+    """Plan one model with every strategy; compare predicted iteration times; write the best plan."""
+    from commsched.compare import compare
+    from commsched.io import plan_to_json
+
+    if len(profile_paths) + len(models) > 1:
+        raise CommschedError("plan takes one model: give either one --profile or one --model")
+    cluster = _cluster(cluster_spec, workers, algorithm)
+    planners = _planners(strategies, bucket_mb, horovod_threshold_mb, horovod_cycle_ms)
+    device = device or cluster.device or DEFAULT_DEVICE
+    profiles = _profiles(profile_paths, models or ([] if profile_paths else [DEFAULT_MODEL]), batch_size, device, image_size, efficiency)
+    (prof,) = profiles.values()
+    cmp = compare(prof, cluster, planners)
+    best = cmp.best
+    if as_json:
+        doc = {"strategies": {k: plan_to_json(r.plan) for k, r in cmp.results.items()}, "best": best}
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        _print_comparison(cmp)
+    if out_dir is None and as_json:
+        return
+    out = Path(out_dir or "out")
+    _write_plan_outputs(cmp, out)
+    click.echo(f"best: {best}; wrote {out}/plan.json, {out}/trace.json, {out}/gantt.png", err=True)
+
+
+def _print_comparison(cmp) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    p, c = cmp.profile, cmp.cluster
+    t = Table(
+        title=(
+            f"{p.model} (batch {p.batch_size}, {p.device}, {p.source}) on {c.name}: {c.workers} workers, "
+            f"all-reduce {c.allreduce.to_json()['model']}"
+        ),
+        title_justify="left",
+    )
+    for col in ("strategy", "iteration ms", "compute ms", "non-overlapped comm ms", "scaling factor", "buckets", "speedup vs DDP"):
+        t.add_column(col, justify="left" if col == "strategy" else "right")
+    best = cmp.best
+    for name, r in sorted(cmp.results.items(), key=lambda kv: kv[1].timeline.iteration_s):
+        tl = r.timeline
+        t.add_row(
+            f"[bold]{name}[/bold]" if name == best else name,
+            f"{tl.iteration_s * 1e3:.2f}",
+            f"{tl.compute_s * 1e3:.2f}",
+            f"{tl.non_overlapped_comm_s * 1e3:.2f}",
+            f"{r.scaling_factor:.3f}",
+            str(len(r.plan.buckets)),
+            f"{r.speedup_vs_ddp:.3f}x",
+        )
+    Console(width=max(120, Console().width)).print(t)
+
+
+def _write_plan_outputs(cmp, out: Path) -> None:
+    from commsched.io import plan_to_json, write_json
+    from commsched.report.plots import gantt_png
+    from commsched.report.trace import chrome_trace
+
+    best = cmp.best
+    write_json(out / "plan.json", plan_to_json(cmp.results[best].plan))
+    ordered = {best: cmp.results[best].timeline} | {k: r.timeline for k, r in cmp.results.items() if k != best}
+    write_json(out / "trace.json", chrome_trace(ordered))
+    shown = {best: cmp.results[best].timeline}
+    if "ddp" in cmp.results and best != "ddp":
+        shown["ddp"] = cmp.results["ddp"].timeline
+    p = cmp.profile
+    gantt_png(shown, out / "gantt.png", title=f"{p.model} on {cmp.cluster.name} ({cmp.cluster.workers} workers)")
+
+
+@cli.command()
+@_strategy_options
+@click.option("--workers", "workers_spec", default="4,8,...,2048", show_default=True, help="Worker counts, e.g. 4,8,...,2048.")
+@click.option("--algorithm", "algorithms", multiple=True, help="All-reduce algorithm(s) (default: the cluster's).")
+@click.option("--out", "out_dir", default="out", show_default=True, help="Directory for scale.csv and scale.png.")
+def scale(
+    profile_paths, models, batch_size, device, image_size, efficiency, cluster_spec, strategies, bucket_mb,
+    horovod_threshold_mb, horovod_cycle_ms, workers_spec, algorithms, out_dir,
+) -> None:
+    """Predict scaling from few to thousands of workers, per strategy and all-reduce algorithm."""
+    from rich.progress import Progress
+
+    from commsched.report.plots import scaling_png
+    from commsched.scale import expand_workers, sweep
+
+    workers = expand_workers(workers_spec)
+    algos = _split(algorithms)
+    cluster = _cluster(cluster_spec, None, None)
+    for a in algos:
+        cluster.with_algorithm(a)  # fail early on an unknown algorithm or a fitted-only cluster
+    cluster.with_workers(workers[0])
+    planners = _planners(strategies, bucket_mb, horovod_threshold_mb, horovod_cycle_ms)
+    device = device or cluster.device or DEFAULT_DEVICE
+    profiles = _profiles(profile_paths, _split(models) or ([] if profile_paths else [DEFAULT_MODEL]), batch_size, device, image_size, efficiency)
+    total = len(profiles) * max(len(algos), 1) * len(workers) * len(planners)
+    with Progress(console=_err_console(), transient=True) as bar:
+        task = bar.add_task("simulating", total=total)
+        rows = sweep(profiles, cluster, workers, planners, algos or None, progress=lambda k: bar.advance(task, k))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "scale.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    scaling_png(rows, out / "scale.png", title=f"predicted scaling on {cluster.name}")
+    _print_scale_summary(rows, workers)
+    click.echo(f"wrote {out}/scale.csv ({len(rows)} rows) and {out}/scale.png", err=True)
+
+
+def _print_scale_summary(rows: list[dict], workers: Sequence[int]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="scaling factor T1/(N T_N)", title_justify="left")
+    for col in ("model", "algorithm", "strategy", *map(str, workers)):
+        t.add_column(col, justify="left" if not col.isdigit() else "right")
+    keyed: dict[tuple, dict[int, float]] = {}
+    for r in rows:
+        keyed.setdefault((r["model"], r["algorithm"], r["strategy"]), {})[r["workers"]] = r["scaling_factor"]
+    for (m, a, s), by_n in keyed.items():
+        t.add_row(m, a, s, *(f"{by_n[n]:.2f}" for n in workers))
+    Console(width=max(120, Console().width)).print(t)
+
+
+@cli.command()
+def presets() -> None:
+    """List the built-in models, devices, clusters and strategies, with their sources."""
+    from commsched.cost.cluster import PRESETS
+    from commsched.devices import CALIBRATED_EFFICIENCY, DEVICES
+    from commsched.planners import STRATEGIES
+
+    click.echo("strategies: " + ", ".join(STRATEGIES))
+    click.echo("models: resnet18 resnet50 resnet101 resnet152 vgg16 vgg19 alexnet googlenet densenet121 densenet161")
+    click.echo("        densenet201 inception_v3 mobilenet_v2 vit_b_16 bert_base")
+    click.echo(f"devices (efficiency c = {CALIBRATED_EFFICIENCY:.3f}):")
+    for d in DEVICES.values():
+        click.echo(f"  {d.name:10s} {d.peak_flops / 1e12:6.2f} TFLOP/s  {d.source}")
+    click.echo("clusters:")
+    for c in PRESETS.values():
+        click.echo(f"  {c.name:17s} {c.workers:3d} workers  {json.dumps(c.allreduce.to_json())}")
+        click.echo(f"  {'':17s} source: {c.source}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        cli.main(args=list(argv) if argv is not None else None, prog_name="commsched", standalone_mode=False)
+    except CommschedError as e:
+        click.echo(f"commsched: error: {e}", err=True)
+        return 2
+    except click.exceptions.Abort:
+        click.echo("commsched: aborted", err=True)
+        return 130
+    except click.ClickException as e:
+        click.echo(f"commsched: error: {e.format_message()}", err=True)
+        return 2
+    except BrokenPipeError:
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""Clusters: a worker count and an all-reduce cost model, the ``commsched.cluster/v1`` format, presets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from commsched.cost.models import (
+    AlgorithmCost,
+    AlphaBeta,
+    CostModel,
+    LinkParams,
+    cost_model_from_json,
+    osf_ring_cost,
+)
+from commsched.errors import CommschedError
+
+CLUSTER_SCHEMA = "commsched.cluster/v1"
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    name: str
+    workers: int
+    allreduce: CostModel
+    source: str = ""
+    device: str = ""  # the workers' GPU, when known: the default device for estimated profiles
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.workers, int) or isinstance(self.workers, bool) or self.workers < 1:
+            raise CommschedError(f"cluster workers must be a positive integer, got {self.workers!r}")
+
+    def with_workers(self, workers: int) -> ClusterSpec:
+        """The same network with another worker count; only algorithm models (Table II) can rescale."""
+        if workers == self.workers:
+            return self
+        if not isinstance(self.allreduce, AlgorithmCost):
+            raise CommschedError(
+                f"cluster {self.name!r} has a {self.allreduce.to_json()['model']!r} cost model measured at "
+                f"{self.workers} workers and cannot be rescaled to {workers}; give link parameters with an "
+                f"algorithm (ring, tree, double_binary_tree, ...) instead"
+            )
+        return replace(self, workers=workers, allreduce=self.allreduce.with_workers(workers))
+
+    def with_algorithm(self, algorithm: str) -> ClusterSpec:
+        if not isinstance(self.allreduce, AlgorithmCost):
+            raise CommschedError(
+                f"cluster {self.name!r} has no link parameters, so its all-reduce algorithm cannot be "
+                f"changed to {algorithm!r}"
+            )
+        return replace(self, allreduce=self.allreduce.with_algorithm(algorithm))
+
+    def to_json(self) -> dict:
+        doc = {"schema": CLUSTER_SCHEMA, "name": self.name, "workers": self.workers, "allreduce": self.allreduce.to_json()}
+        if self.source:
+            doc["source"] = self.source
+        if self.device:
+            doc["device"] = self.device
+        return doc
+
+
+def cluster_from_json(doc: object) -> ClusterSpec:
+    if not isinstance(doc, dict):
+        raise CommschedError(f"a cluster must be a JSON object, got {type(doc).__name__}")
+    if doc.get("schema") != CLUSTER_SCHEMA:
+        raise CommschedError(f"cluster schema must be {CLUSTER_SCHEMA!r}, got {doc.get('schema')!r}")
+    workers = doc.get("workers")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise CommschedError(f"cluster workers must be a positive integer, got {workers!r}")
+    return ClusterSpec(
+        name=str(doc.get("name", "cluster")),
+        workers=workers,
+        allreduce=cost_model_from_json(doc.get("allreduce"), workers),
+        source=str(doc.get("source", "")),
+        device=str(doc.get("device", "")),
+    )
+
+
+def ring_link_from_fit(a_s: float, b_s_per_byte: float, workers: int) -> LinkParams:
+    """Invert the ring row of MG-WFBP Table II: a = 2(N-1) alpha, b = 2(N-1)/N beta (gamma folded into beta).
+
+    This is how MG-WFBP Section 6.4 simulates large clusters: the fitted (a, b) of Fig. 4 at 16 workers
+    give the link parameters, which the ring and double-binary-tree formulas then scale to N workers.
+    """
+    n = workers
+    return LinkParams(alpha_s=a_s / (2 * (n - 1)), beta_s_per_byte=b_s_per_byte * n / (2 * (n - 1)))
+
+
+def _mgwfbp(name: str, a_s: float, b: float, figure: str, hardware: str, device: str) -> ClusterSpec:
+    return ClusterSpec(
+        device=device,
+        name=name,
+        workers=16,
+        allreduce=AlgorithmCost("ring", ring_link_from_fit(a_s, b, 16), 16),
+        source=(
+            f"MG-WFBP (Shi, Chu, Li), Section 6.2, {figure}: {hardware}; all-reduce fit a={a_s:g} s, "
+            f"b={b:g} s/byte at 16 workers (shared/data/mg-wfbp-clusters.csv), read as ring links"
+        ),
+    )
+
+
+GBIT = 1e9 / 8  # bytes per second in one Gbit/s
+
+PRESETS: dict[str, ClusterSpec] = {
+    "k80-10gbe": _mgwfbp("k80-10gbe", 9.72e-4, 1.97e-9, "Fig. 4a, cluster 1", "16 Tesla K80 (GK210) on 8 nodes, 10GbE", "K80"),
+    "v100-10gbe": _mgwfbp("v100-10gbe", 9.08e-4, 7.4e-10, "Fig. 4b, cluster 2", "16 Tesla V100 PCIe on 4 nodes, 10GbE", "V100"),
+    "v100-56gbib": _mgwfbp(
+        "v100-56gbib", 2.36e-4, 4.06e-10, "Fig. 4c, cluster 3", "16 Tesla V100 PCIe on 4 nodes, 56Gb InfiniBand", "V100"
+    ),
+    # OSF testbed (OSF Section 3.1): 32 RTX 2080 Ti, 4 machines, 25 Gbit/s, NCCL ring; BDP 45 KB (Section 4.2).
+    # The paper gives no delta; it is taken as one RTT (BDP / bandwidth = 14.4 us) per ring step,
+    # 2(N-1) steps. pi = 13.45 TFLOP/s FP32 (RTX 2080 Ti reference boost, NVIDIA Turing whitepaper).
+    "osf-2080ti-25gbe": ClusterSpec(
+        name="osf-2080ti-25gbe",
+        workers=32,
+        device="RTX2080Ti",
+        allreduce=osf_ring_cost(
+            workers=32,
+            bandwidth_bytes_per_s=25 * GBIT,
+            delta_s=2 * 31 * (45e3 / (25 * GBIT)),
+            peak_flops=13.45e12,
+        ),
+        source=(
+            "OSF (Liu et al., WWW'22) Eq. 7 on its testbed (Section 3.1: 32 RTX 2080 Ti, 25 Gbit/s, ring); "
+            "delta assumed 2(N-1) x RTT with RTT = BDP/bandwidth from Section 4.2 (BDP 45 KB)"
+        ),
+    ),
+}
+DEFAULT_CLUSTER = "v100-10gbe"
+
+
+def preset(name: str) -> ClusterSpec:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise CommschedError(f"unknown cluster preset {name!r}; choose from {', '.join(sorted(PRESETS))}") from None

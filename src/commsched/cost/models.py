@@ -1,0 +1,322 @@
+"""All-reduce cost models: T(bytes) -> seconds.
+
+Pure Python + numpy. Every model is a frozen dataclass with
+
+- ``time_s(nbytes)`` for one message and ``times_s(array)`` vectorised (the exact planner uses it);
+- ``nondecreasing``: whether T never falls as the message grows (the fast exact planner relies on it,
+  and falls back to an exhaustive dynamic programme when it does not hold);
+- ``to_json()``: the ``allreduce`` object of the ``commsched.cluster/v1`` format.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+import numpy as np
+
+from commsched.errors import CommschedError
+
+Algorithm = Literal["ring", "tree", "double_binary_tree", "recursive_doubling", "recursive_halving_doubling"]
+ALGORITHMS: tuple[str, ...] = (
+    "ring",
+    "tree",
+    "double_binary_tree",
+    "recursive_doubling",
+    "recursive_halving_doubling",
+)
+
+
+@runtime_checkable
+class CostModel(Protocol):
+    """What planners and the simulator need from a cost model."""
+
+    @property
+    def nondecreasing(self) -> bool: ...
+
+    def time_s(self, nbytes: int) -> float: ...
+
+    def times_s(self, nbytes: np.ndarray) -> np.ndarray: ...
+
+    def to_json(self) -> dict: ...
+
+
+def _finite_nonneg(what: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise CommschedError(f"{what} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class AlphaBeta:
+    """T(M) = a + b*M: the all-reduce cost of MG-WFBP Eq. 10 (a = alpha_s, b = beta_s_per_byte)."""
+
+    alpha_s: float
+    beta_s_per_byte: float
+
+    def __post_init__(self) -> None:
+        _finite_nonneg("alpha_s", self.alpha_s)
+        _finite_nonneg("beta_s_per_byte", self.beta_s_per_byte)
+
+    @property
+    def nondecreasing(self) -> bool:
+        return True
+
+    def time_s(self, nbytes: int) -> float:
+        return self.alpha_s + self.beta_s_per_byte * nbytes
+
+    def times_s(self, nbytes: np.ndarray) -> np.ndarray:
+        return self.alpha_s + self.beta_s_per_byte * np.asarray(nbytes, dtype=np.float64)
+
+    def to_json(self) -> dict:
+        return {"model": "alpha_beta", "alpha_s": self.alpha_s, "beta_s_per_byte": self.beta_s_per_byte}
+
+
+@dataclass(frozen=True)
+class LinkParams:
+    """Point-to-point costs of MG-WFBP Table I: alpha (startup), beta (per byte), gamma (reduction per byte)."""
+
+    alpha_s: float
+    beta_s_per_byte: float
+    gamma_s_per_byte: float = 0.0
+
+    def __post_init__(self) -> None:
+        _finite_nonneg("link_alpha_s", self.alpha_s)
+        _finite_nonneg("link_beta_s_per_byte", self.beta_s_per_byte)
+        _finite_nonneg("gamma_s_per_byte", self.gamma_s_per_byte)
+
+
+def _log2_steps(workers: int) -> int:
+    """Steps of a tree/doubling algorithm: ceil(log2 N) (Table II assumes N a power of two)."""
+    return math.ceil(math.log2(workers)) if workers > 1 else 0
+
+
+def algorithm_alpha_beta(algorithm: str, link: LinkParams, workers: int) -> AlphaBeta:
+    """(a, b) of an all-reduce algorithm from link parameters: MG-WFBP Table II.
+
+    - binary tree:               a = 2 alpha log N,   b = (2 beta + gamma) log N
+    - recursive doubling:        a = alpha log N,     b = (beta + gamma) log N
+    - recursive halving/doubling: a = 2 alpha log N,  b = 2 beta - (2 beta + gamma)/N + gamma
+    - double binary trees:       a = 2 alpha log N,   b = beta + gamma
+      (Table II prints a = 2 log N, which has no unit; the alpha is restored here, as in [31] of the paper)
+    - ring:                      a = 2 (N-1) alpha,   b = 2 (N-1)/N beta + (N-1)/N gamma
+
+    One worker communicates nothing: a = b = 0.
+    """
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+        raise CommschedError(f"workers must be a positive integer, got {workers!r}")
+    if algorithm not in ALGORITHMS:
+        raise CommschedError(f"unknown all-reduce algorithm {algorithm!r}; choose from {', '.join(ALGORITHMS)}")
+    n = workers
+    if n == 1:
+        return AlphaBeta(0.0, 0.0)
+    al, be, ga = link.alpha_s, link.beta_s_per_byte, link.gamma_s_per_byte
+    lg = _log2_steps(n)
+    if algorithm == "tree":
+        return AlphaBeta(2 * al * lg, (2 * be + ga) * lg)
+    if algorithm == "recursive_doubling":
+        return AlphaBeta(al * lg, (be + ga) * lg)
+    if algorithm == "recursive_halving_doubling":
+        return AlphaBeta(2 * al * lg, 2 * be - (2 * be + ga) / n + ga)
+    if algorithm == "double_binary_tree":
+        return AlphaBeta(2 * al * lg, be + ga)
+    return AlphaBeta(2 * (n - 1) * al, 2 * (n - 1) / n * be + (n - 1) / n * ga)
+
+
+@dataclass(frozen=True)
+class AlgorithmCost:
+    """An all-reduce algorithm on a given link and worker count (MG-WFBP Table II).
+
+    Unlike a fitted alpha-beta model it can be re-evaluated for any number of workers, which is what
+    scaling sweeps do.
+    """
+
+    algorithm: str
+    link: LinkParams
+    workers: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_ab", algorithm_alpha_beta(self.algorithm, self.link, self.workers))
+
+    @property
+    def alpha_beta(self) -> AlphaBeta:
+        return self._ab  # type: ignore[attr-defined]
+
+    @property
+    def nondecreasing(self) -> bool:
+        return True
+
+    def with_workers(self, workers: int) -> AlgorithmCost:
+        return AlgorithmCost(self.algorithm, self.link, workers)
+
+    def with_algorithm(self, algorithm: str) -> AlgorithmCost:
+        return AlgorithmCost(algorithm, self.link, self.workers)
+
+    def time_s(self, nbytes: int) -> float:
+        return self.alpha_beta.time_s(nbytes)
+
+    def times_s(self, nbytes: np.ndarray) -> np.ndarray:
+        return self.alpha_beta.times_s(nbytes)
+
+    def to_json(self) -> dict:
+        return {
+            "model": self.algorithm,
+            "link_alpha_s": self.link.alpha_s,
+            "link_beta_s_per_byte": self.link.beta_s_per_byte,
+            "gamma_s_per_byte": self.link.gamma_s_per_byte,
+        }
+
+
+def as_alpha_beta(cost: CostModel) -> AlphaBeta | None:
+    """The (a, b) of a cost model that is linear in bytes, else None."""
+    if isinstance(cost, AlphaBeta):
+        return cost
+    if isinstance(cost, AlgorithmCost):
+        return cost.alpha_beta
+    return None
+
+
+def osf_ring_cost(
+    workers: int, bandwidth_bytes_per_s: float, delta_s: float, peak_flops: float, bytes_per_param: int = 4
+) -> AlphaBeta:
+    """t_update(D) = 2(N-1)/(beta N) D + (N-1)/(N pi s) D + delta: OSF Eq. 7.
+
+    beta is the link bandwidth (bytes/s), pi the peak compute (FLOP/s) that performs the reductions,
+    s the bytes of one parameter and delta the per-all-reduce overhead.
+    """
+    if workers < 1:
+        raise CommschedError(f"workers must be a positive integer, got {workers!r}")
+    for what, v in (("bandwidth_bytes_per_s", bandwidth_bytes_per_s), ("peak_flops", peak_flops)):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+            raise CommschedError(f"{what} must be > 0, got {v!r}")
+    n = workers
+    per_byte = 2 * (n - 1) / (bandwidth_bytes_per_s * n) + (n - 1) / (n * peak_flops * bytes_per_param)
+    return AlphaBeta(alpha_s=_finite_nonneg("delta_s", delta_s), beta_s_per_byte=per_byte)
+
+
+@dataclass(frozen=True)
+class Piecewise:
+    """OSF Eq. 18: a1*log2(D) + b1 below the threshold (slow start), a2*D + b2 at and above it.
+
+    The threshold is the bandwidth-delay product of the link (OSF Section 4.2).
+    """
+
+    a1_s: float
+    b1_s: float
+    a2_s_per_byte: float
+    b2_s: float
+    threshold_bytes: int
+
+    def __post_init__(self) -> None:
+        for what in ("a1_s", "b1_s", "a2_s_per_byte", "b2_s"):
+            v = getattr(self, what)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise CommschedError(f"piecewise {what} must be a finite number, got {v!r}")
+        if not isinstance(self.threshold_bytes, int) or self.threshold_bytes < 1:
+            raise CommschedError(f"piecewise threshold_bytes must be a positive integer, got {self.threshold_bytes!r}")
+
+    @property
+    def nondecreasing(self) -> bool:
+        """Both pieces rise (a1, a2 >= 0) and the step at the threshold does not fall."""
+        below = self.a1_s * math.log2(max(self.threshold_bytes - 1, 1)) + self.b1_s
+        above = self.a2_s_per_byte * self.threshold_bytes + self.b2_s
+        return self.a1_s >= 0 and self.a2_s_per_byte >= 0 and (self.threshold_bytes == 1 or below <= above)
+
+    def time_s(self, nbytes: int) -> float:
+        if nbytes < self.threshold_bytes:
+            return self.a1_s * math.log2(max(nbytes, 1)) + self.b1_s
+        return self.a2_s_per_byte * nbytes + self.b2_s
+
+    def times_s(self, nbytes: np.ndarray) -> np.ndarray:
+        d = np.asarray(nbytes, dtype=np.float64)
+        small = self.a1_s * np.log2(np.maximum(d, 1.0)) + self.b1_s
+        return np.where(d < self.threshold_bytes, small, self.a2_s_per_byte * d + self.b2_s)
+
+    def to_json(self) -> dict:
+        return {
+            "model": "piecewise",
+            "a1_s": self.a1_s,
+            "b1_s": self.b1_s,
+            "a2_s_per_byte": self.a2_s_per_byte,
+            "b2_s": self.b2_s,
+            "threshold_bytes": self.threshold_bytes,
+        }
+
+
+@dataclass(frozen=True)
+class Table:
+    """Measured (bytes, seconds) points, linearly interpolated; extrapolated along the end segments."""
+
+    bytes: tuple[int, ...]
+    seconds: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.bytes) != len(self.seconds) or len(self.bytes) < 2:
+            raise CommschedError(
+                f"a table cost model needs at least 2 (bytes, seconds) points of equal count, "
+                f"got {len(self.bytes)} sizes and {len(self.seconds)} times"
+            )
+        for b in self.bytes:
+            if isinstance(b, bool) or not isinstance(b, int) or b <= 0:
+                raise CommschedError(f"table sizes must be positive whole bytes, got {b!r}")
+        for s in self.seconds:
+            _finite_nonneg("table seconds", s)
+        if any(b2 <= b1 for b1, b2 in zip(self.bytes, self.bytes[1:])):
+            raise CommschedError(f"table sizes must be strictly increasing, got {list(self.bytes)}")
+        object.__setattr__(self, "bytes", tuple(self.bytes))
+        object.__setattr__(self, "seconds", tuple(float(s) for s in self.seconds))
+
+    @property
+    def nondecreasing(self) -> bool:
+        return all(s2 >= s1 for s1, s2 in zip(self.seconds, self.seconds[1:]))
+
+    def times_s(self, nbytes: np.ndarray) -> np.ndarray:
+        x = np.asarray(self.bytes, dtype=np.float64)
+        y = np.asarray(self.seconds, dtype=np.float64)
+        d = np.asarray(nbytes, dtype=np.float64)
+        out = np.interp(d, x, y)
+        lo_slope = (y[1] - y[0]) / (x[1] - x[0])
+        hi_slope = (y[-1] - y[-2]) / (x[-1] - x[-2])
+        out = np.where(d < x[0], y[0] + lo_slope * (d - x[0]), out)
+        out = np.where(d > x[-1], y[-1] + hi_slope * (d - x[-1]), out)
+        return np.maximum(out, 0.0)
+
+    def time_s(self, nbytes: int) -> float:
+        return float(self.times_s(np.asarray([nbytes]))[0])
+
+    def to_json(self) -> dict:
+        return {"model": "table", "points": [[b, s] for b, s in zip(self.bytes, self.seconds)]}
+
+
+def cost_model_from_json(obj: object, workers: int) -> CostModel:
+    """Parse the ``allreduce`` object of a ``commsched.cluster/v1`` document."""
+    if not isinstance(obj, dict):
+        raise CommschedError(f"cluster 'allreduce' must be an object, got {type(obj).__name__}")
+    kind = obj.get("model")
+
+    def num(key: str) -> float:
+        if key not in obj:
+            raise CommschedError(f"allreduce model {kind!r} needs field {key!r}")
+        v = obj[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise CommschedError(f"allreduce field {key!r} must be a number, got {v!r}")
+        return float(v)
+
+    if kind == "alpha_beta":
+        return AlphaBeta(num("alpha_s"), num("beta_s_per_byte"))
+    if kind in ALGORITHMS:
+        link = LinkParams(num("link_alpha_s"), num("link_beta_s_per_byte"), float(obj.get("gamma_s_per_byte", 0.0)))
+        return AlgorithmCost(kind, link, workers)
+    if kind == "piecewise":
+        th = obj.get("threshold_bytes")
+        if isinstance(th, float) and th.is_integer():
+            th = int(th)
+        return Piecewise(num("a1_s"), num("b1_s"), num("a2_s_per_byte"), num("b2_s"), th)  # type: ignore[arg-type]
+    if kind == "table":
+        pts = obj.get("points")
+        if not isinstance(pts, list) or not all(isinstance(p, list) and len(p) == 2 for p in pts):
+            raise CommschedError("table allreduce model needs 'points': [[bytes, seconds], ...]")
+        return Table(tuple(int(p[0]) for p in pts), tuple(float(p[1]) for p in pts))
+    known = ", ".join(("alpha_beta", *ALGORITHMS, "piecewise", "table"))
+    raise CommschedError(f"unknown allreduce model {kind!r}; choose from {known}")

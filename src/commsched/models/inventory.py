@@ -1,0 +1,273 @@
+"""Inventory of a real model: gradient tensors in the order a real backward pass makes them ready.
+
+One training step (forward, loss, backward) is run on the module as it is:
+
+- the forward runs under :class:`torch.utils.flop_counter.FlopCounterMode` (see
+  :func:`flop_counter`); forward hooks on every submodule read the counter's running total before
+  and after each module call, which gives each call's FLOPs *exclusive* of its child modules
+  (FlopCounterMode's own per-module table is keyed by ``ClassName.fqn`` and each parent row repeats
+  its children's FLOPs; the before/after difference gives the same numbers without name matching,
+  and shared modules are counted per call);
+- the backward runs outside the counter, with ``register_post_accumulate_grad_hook`` on every trainable
+  parameter recording the order in which gradients are ready. That order is observed, never inferred
+  from ``parameters()``: with branches (GoogLeNet aux heads), parameters registered in a different
+  order than they run (ViT's class token, post-norm TransformerEncoderLayer's norm1), and even
+  within one layer (torch 2.14 on CPU: nn.Linear's bias is ready before its weight, BatchNorm's
+  weight before its bias), reversed ``parameters()`` is wrong.
+
+FLOPs become per-tensor ``forward_flops``, the input of OSF Eq. 6 (t_backward = 2 t_forward), by the
+rule in :func:`inventory`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from commsched.errors import CommschedError
+from commsched.models.inventory_types import GradTensor, ModelInventory
+
+__all__ = ["GradTensor", "ModelInventory", "flop_counter", "inventory", "sum_of_means"]
+
+
+def _attention_flops(query_shape, key_shape, value_shape, *_args, out_shape=None, **_kwargs) -> int:
+    """Q K^T plus attention-weights x V, 2 FLOPs per multiply-add, as torch's own sdpa formula."""
+    b, h, s_q, d_q = query_shape
+    s_k = key_shape[-2]
+    d_v = value_shape[-1]
+    return 2 * b * h * s_q * s_k * d_q + 2 * b * h * s_q * s_k * d_v
+
+
+def flop_counter() -> FlopCounterMode:
+    """A FlopCounterMode that also counts the CPU flash-attention kernel.
+
+    torch 2.14's registry lacks ``aten._scaled_dot_product_flash_attention_for_cpu``, the kernel
+    nn.MultiheadAttention's scaled_dot_product_attention takes on the CPU without dropout (e.g.
+    vit_b_16); uncounted, ViT-B/16 would lose ~4% of its forward FLOPs.
+    """
+    return FlopCounterMode(
+        display=False,
+        custom_mapping={torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _attention_flops},
+    )
+
+
+def _output_tensors(output: object) -> list[torch.Tensor]:
+    if isinstance(output, torch.Tensor):
+        return [output]
+    if isinstance(output, Mapping):
+        return [t for v in output.values() for t in _output_tensors(v)]
+    if isinstance(output, Sequence) and not isinstance(output, (str, bytes)):
+        # Tuples, lists and namedtuples such as torchvision's GoogLeNetOutputs / InceptionOutputs.
+        return [t for v in output for t in _output_tensors(v)]
+    return []
+
+
+def sum_of_means(output: object) -> torch.Tensor:
+    """Default loss: sum over every floating-point output tensor of its mean.
+
+    Any scalar that depends on all outputs gives the same gradient order and shapes as a real loss.
+    """
+    tensors = [t for t in _output_tensors(output) if t.is_floating_point() and t.requires_grad]
+    if not tensors:
+        raise CommschedError("model output holds no floating-point tensor that requires grad")
+    return torch.stack([t.float().mean() for t in tensors]).sum()
+
+
+@dataclass
+class _CallFrame:
+    module: nn.Module
+    start_flops: int
+    children_flops: int = 0
+
+
+@dataclass
+class _ForwardRecord:
+    """Per-module exclusive FLOPs and first-call order, filled by the forward hooks of one pass."""
+
+    counter: FlopCounterMode
+    exclusive_flops: dict[int, int] = field(default_factory=dict)  # id(module) -> FLOPs
+    order: dict[int, int] = field(default_factory=dict)  # id(module) -> index of its first call
+    stack: list[_CallFrame] = field(default_factory=list)
+
+    def pre_hook(self, module: nn.Module, _args: object) -> None:
+        self.order.setdefault(id(module), len(self.order))
+        self.stack.append(_CallFrame(module, self.counter.get_total_flops()))
+
+    def post_hook(self, module: nn.Module, _args: object, _output: object) -> None:
+        frame = self.stack.pop()
+        if frame.module is not module:
+            raise CommschedError(
+                f"forward hooks out of order: {type(module).__name__} ended inside {type(frame.module).__name__}"
+            )
+        inclusive = self.counter.get_total_flops() - frame.start_flops
+        key = id(module)
+        self.exclusive_flops[key] = self.exclusive_flops.get(key, 0) + inclusive - frame.children_flops
+        if self.stack:
+            self.stack[-1].children_flops += inclusive
+
+
+def _trainable_parameters(module: nn.Module) -> list[tuple[str, nn.Parameter]]:
+    # named_parameters() already drops repeats of shared (tied) parameters, keeping the first name.
+    return [(name, p) for name, p in module.named_parameters() if p.requires_grad]
+
+
+def inventory(
+    module: nn.Module,
+    example_inputs: tuple,
+    loss_fn: Callable[[object], torch.Tensor] | None = None,
+    name: str = "model",
+) -> ModelInventory:
+    """Run one training step of ``module`` on ``example_inputs`` and list its gradient tensors.
+
+    The module runs where it lives (CPU for the zoo) in training mode; its per-module train/eval
+    flags, buffers (e.g. BatchNorm running statistics) and existing ``.grad`` values are restored
+    afterwards. ``loss_fn(output)`` turns the output into a scalar (default :func:`sum_of_means`).
+
+    Tensors are listed in the order their post-accumulate-grad hooks fire. Trainable parameters
+    (``requires_grad``) that receive no gradient in this backward (unused branches) are left out,
+    as are frozen parameters; tied parameters appear once, under their first ``named_parameters``
+    name. ``forward_flops`` is for the batch in ``example_inputs`` (its first dimension).
+
+    FLOP attribution (OSF Eq. 6 then charges 2x each tensor's forward FLOPs to the backward compute
+    just before it becomes ready):
+
+    1. a module's own FLOPs (its calls minus its child modules' calls, so functional ops such as
+       nn.MultiheadAttention's projections and attention count for it) go to its *first-ready*
+       direct parameter; its other parameters get 0;
+    2. a module without direct parameters that received gradients: a container (has children) gives
+       its own FLOPs to the first-ready parameter beneath it; a leaf (pooling, activation, a frozen
+       layer) gives them to the parameter-owning module that ran right *before* it in forward order,
+       because in backward that module's gradients become ready right after the leaf's backward;
+       failing that, to the first such module after it;
+    3. FLOPs counted outside the module's call are treated as the root module's own FLOPs.
+
+    The tensors' ``forward_flops`` therefore sum exactly to the counter's total.
+    """
+    if not isinstance(module, nn.Module):
+        raise CommschedError(f"inventory needs a torch.nn.Module, got {type(module).__name__}")
+    if not isinstance(example_inputs, tuple):
+        raise CommschedError(
+            f"example_inputs must be a tuple of positional inputs, got {type(example_inputs).__name__}"
+        )
+    batch_size = _batch_size(example_inputs)
+    params = _trainable_parameters(module)
+    if not params:
+        raise CommschedError(f"model {name!r} has no trainable parameters")
+    loss_fn = sum_of_means if loss_fn is None else loss_fn
+
+    modules = list(module.modules())  # deduplicated by torch
+    saved_modes = [(m, m.training) for m in modules]
+    saved_buffers = [(b, b.detach().clone()) for b in module.buffers()]
+    saved_grads = [(p, p.grad) for _, p in params]
+
+    ready: list[nn.Parameter] = []
+    counter = flop_counter()
+    record = _ForwardRecord(counter)
+    handles = []
+    try:
+        for _, p in params:
+            p.grad = None
+            handles.append(p.register_post_accumulate_grad_hook(ready.append))
+        for m in modules:
+            handles.append(m.register_forward_pre_hook(record.pre_hook))
+            handles.append(m.register_forward_hook(record.post_hook))
+        module.train()
+        with torch.enable_grad():
+            # One pass: the counter sees only the forward; backward runs after it is closed.
+            with counter:
+                output = module(*example_inputs)
+            total_flops = counter.get_total_flops()
+            loss = loss_fn(output)
+            if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+                raise CommschedError(f"loss_fn must return a scalar tensor for {name!r}, got {type(loss).__name__}")
+            loss.backward()
+    finally:
+        for h in handles:
+            h.remove()
+        for p, g in saved_grads:
+            p.grad = g
+        with torch.no_grad():
+            for b, value in saved_buffers:
+                b.copy_(value)
+        for m, mode in saved_modes:
+            m.training = mode
+
+    if not ready:
+        raise CommschedError(f"no parameter of {name!r} received a gradient in the backward pass")
+    # Hooks fire once per parameter per backward; keep the first firing should one repeat.
+    ready = list({id(p): p for p in ready}.values())
+    rank = {id(p): i for i, p in enumerate(ready)}
+    flops_by_rank = _attribute(module, modules, record, total_flops, rank)
+
+    names = {id(p): n for n, p in params}
+    tensors = tuple(
+        GradTensor(
+            name=names[id(p)],
+            bytes=p.numel() * p.element_size(),
+            numel=p.numel(),
+            dtype=str(p.dtype).removeprefix("torch."),
+            forward_flops=float(flops_by_rank[i]),
+        )
+        for i, p in enumerate(ready)
+    )
+    return ModelInventory(
+        model=name,
+        batch_size=batch_size,
+        tensors=tensors,
+        forward_flops=float(total_flops),
+        parameters=sum(t.numel for t in tensors),
+    )
+
+
+def _batch_size(example_inputs: tuple) -> int:
+    for x in example_inputs:
+        if isinstance(x, torch.Tensor) and x.dim() > 0:
+            return int(x.shape[0])
+    raise CommschedError("example_inputs holds no tensor with a batch dimension")
+
+
+def _attribute(
+    root: nn.Module,
+    modules: list[nn.Module],
+    record: _ForwardRecord,
+    total_flops: int,
+    rank: dict[int, int],
+) -> list[int]:
+    """Per ready-rank FLOPs following the rules in :func:`inventory`'s docstring."""
+
+    def first_ready(m: nn.Module, *, recurse: bool) -> int | None:
+        ranks = [rank[id(p)] for p in m.parameters(recurse=recurse) if id(p) in rank]
+        return min(ranks) if ranks else None
+
+    # Parameter-owning modules in forward order, to place the FLOPs of parameter-free leaves.
+    called = sorted((record.order[id(m)], m) for m in modules if id(m) in record.order)
+    owners = [(pos, r) for pos, m in called if (r := first_ready(m, recurse=False)) is not None]
+
+    def target(m: nn.Module) -> int:
+        own = first_ready(m, recurse=False)
+        if own is not None:
+            return own
+        if any(True for _ in m.children()):
+            beneath = first_ready(m, recurse=True)
+            if beneath is not None:
+                return beneath
+        pos = record.order.get(id(m), -1)
+        before = [r for p, r in owners if p < pos]
+        if before:
+            return before[-1]
+        after = [r for p, r in owners if p > pos]
+        return after[0] if after else 0
+
+    flops = [0] * len(rank)
+    by_id = {id(m): m for m in modules}
+    for key, f in record.exclusive_flops.items():
+        if f:
+            flops[target(by_id[key])] += f
+    outside = total_flops - sum(record.exclusive_flops.values())
+    if outside:
+        flops[target(root)] += outside
+    return flops

@@ -1,0 +1,152 @@
+"""Built-in models: torchvision's image classifiers and a BERT-Base-shaped encoder.
+
+Every model is built with random weights (``weights=None``): an inventory needs shapes, FLOPs and the
+gradient order, never trained values, and nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import torch
+import torchvision
+from torch import nn
+
+from commsched.errors import CommschedError
+from commsched.models.inventory import sum_of_means
+
+ZOO_MODELS: tuple[str, ...] = (
+    "resnet18",
+    "resnet50",
+    "resnet101",
+    "resnet152",
+    "vgg16",
+    "vgg19",
+    "alexnet",
+    "googlenet",
+    "densenet121",
+    "densenet161",
+    "densenet201",
+    "inception_v3",
+    "mobilenet_v2",
+    "vit_b_16",
+    "bert_base",
+)
+
+DEFAULT_IMAGE_SIZE = 224
+INCEPTION_IMAGE_SIZE = 299
+BERT_SEQ_LEN = 128
+BERT_VOCAB_SIZE = 30522
+BERT_MAX_POSITIONS = 512
+BERT_HIDDEN = 768
+
+
+class BertBase(nn.Module):
+    """A BERT-Base-shaped encoder with a sequence-classification head.
+
+    Token embedding 30522x768, learned position embedding 512x768, LayerNorm, 12 post-norm
+    Transformer encoder layers (768 wide, 12 heads, 3072 GELU feed-forward), a tanh pooler on token 0
+    and a 2-way classifier. BERT's 2x768 token-type embedding is left out: it adds 1,536 parameters
+    and no FLOPs that matter for communication scheduling.
+    """
+
+    def __init__(self, num_layers: int = 12, num_classes: int = 2) -> None:
+        super().__init__()
+        self.token_embedding = nn.Embedding(BERT_VOCAB_SIZE, BERT_HIDDEN)
+        self.position_embedding = nn.Embedding(BERT_MAX_POSITIONS, BERT_HIDDEN)
+        self.norm = nn.LayerNorm(BERT_HIDDEN)
+        self.dropout = nn.Dropout(0.1)
+        layer = nn.TransformerEncoderLayer(
+            d_model=BERT_HIDDEN,
+            nhead=12,
+            dim_feedforward=3072,
+            dropout=0.1,
+            activation="gelu",
+            batch_first=True,
+        )
+        # Nested tensors only matter for padded inference; off keeps training on the plain path.
+        self.encoder = nn.TransformerEncoder(layer, num_layers=num_layers, enable_nested_tensor=False)
+        self.pooler = nn.Linear(BERT_HIDDEN, BERT_HIDDEN)
+        self.classifier = nn.Linear(BERT_HIDDEN, num_classes)
+
+    def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(token_ids.shape[1], device=token_ids.device)
+        x = self.token_embedding(token_ids) + self.position_embedding(positions).unsqueeze(0)
+        x = self.dropout(self.norm(x))
+        x = self.encoder(x)
+        pooled = torch.tanh(self.pooler(x[:, 0]))
+        return self.classifier(pooled)
+
+
+def _builders() -> Mapping[str, Callable[[], nn.Module]]:
+    tv = torchvision.models
+    return {
+        "resnet18": lambda: tv.resnet18(weights=None),
+        "resnet50": lambda: tv.resnet50(weights=None),
+        "resnet101": lambda: tv.resnet101(weights=None),
+        "resnet152": lambda: tv.resnet152(weights=None),
+        "vgg16": lambda: tv.vgg16(weights=None),
+        "vgg19": lambda: tv.vgg19(weights=None),
+        "alexnet": lambda: tv.alexnet(weights=None),
+        # init_weights=True skips torchvision's warning about its (slow) default init changing;
+        # aux_logits stays at the default (True) so training mode returns the auxiliary heads.
+        "googlenet": lambda: tv.googlenet(weights=None, init_weights=True),
+        "densenet121": lambda: tv.densenet121(weights=None),
+        "densenet161": lambda: tv.densenet161(weights=None),
+        "densenet201": lambda: tv.densenet201(weights=None),
+        "inception_v3": lambda: tv.inception_v3(weights=None, init_weights=True),
+        "mobilenet_v2": lambda: tv.mobilenet_v2(weights=None),
+        "vit_b_16": lambda: tv.vit_b_16(weights=None),
+        "bert_base": BertBase,
+    }
+
+
+def _check_name(name: str) -> str:
+    if name not in ZOO_MODELS:
+        raise CommschedError(f"unknown zoo model {name!r}; choose from {', '.join(ZOO_MODELS)}")
+    return name
+
+
+def build_model(name: str) -> nn.Module:
+    """A fresh, randomly initialised zoo model (uses torch's global RNG, like any nn.Module)."""
+    return _builders()[_check_name(name)]()
+
+
+def default_image_size(name: str) -> int | None:
+    """224 for image models, 299 for inception_v3 (its auxiliary head needs a 17x17 grid), None for BERT."""
+    _check_name(name)
+    if name == "bert_base":
+        return None
+    return INCEPTION_IMAGE_SIZE if name == "inception_v3" else DEFAULT_IMAGE_SIZE
+
+
+def example_input(name: str, batch_size: int, image_size: int | None = None) -> tuple[torch.Tensor, ...]:
+    """Positional inputs for one forward of ``batch_size`` samples, drawn from a generator seeded with 0.
+
+    Images are (batch, 3, image_size, image_size) float32; bert_base takes int64 token ids of shape
+    (batch, 128) and rejects ``image_size``.
+    """
+    _check_name(name)
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
+        raise CommschedError(f"batch_size must be a positive integer, got {batch_size!r}")
+    generator = torch.Generator().manual_seed(0)
+    if name == "bert_base":
+        if image_size is not None:
+            raise CommschedError(f"bert_base takes token ids, not images; got image_size={image_size!r}")
+        return (torch.randint(0, BERT_VOCAB_SIZE, (batch_size, BERT_SEQ_LEN), generator=generator),)
+    if image_size is None:
+        image_size = default_image_size(name)
+    if not isinstance(image_size, int) or isinstance(image_size, bool) or image_size <= 0:
+        raise CommschedError(f"image_size must be a positive integer, got {image_size!r}")
+    return (torch.randn(batch_size, 3, image_size, image_size, generator=generator),)
+
+
+def training_loss(name: str, output: object) -> torch.Tensor:
+    """A scalar that depends on every tensor output: sum of their means.
+
+    Only the gradient order and shapes matter to an inventory, not the value, so a cheap stand-in for
+    cross-entropy suffices; auxiliary heads (googlenet, inception_v3 in training mode) are included
+    so their parameters receive gradients as in real training.
+    """
+    _check_name(name)
+    return sum_of_means(output)

@@ -1,0 +1,44 @@
+"""PyTorch DistributedDataParallel's bucketing.
+
+DDP assigns gradients to buckets in the order they become ready (it rebuilds its buckets in that
+order after the first iteration), closing a bucket as soon as its size reaches the limit: the first
+bucket's limit is ``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES`` (1 MiB), every later one
+``bucket_cap_mb`` (default 25, in MiB). This mirrors ``_compute_bucket_assignment_by_size`` in
+``torch/csrc/distributed/c10d/reducer.cpp`` for one dtype on one device; a test checks it against
+that function.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from commsched.cost.models import CostModel
+from commsched.errors import CommschedError
+from commsched.types import ModelProfile
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class DDP:
+    cap_bytes: int = 25 * MIB
+    first_bucket_bytes: int = 1 * MIB
+    name: str = "ddp"
+
+    def __post_init__(self) -> None:
+        for what in ("cap_bytes", "first_bucket_bytes"):
+            v = getattr(self, what)
+            if not isinstance(v, int) or v <= 0:
+                raise CommschedError(f"ddp {what} must be a positive number of bytes, got {v!r}")
+
+    def ends(self, profile: ModelProfile, cost: CostModel) -> tuple[int, ...]:
+        ends: list[int] = []
+        size, limit = 0, self.first_bucket_bytes
+        for i, t in enumerate(profile.tensors):
+            size += t.bytes
+            if size >= limit:
+                ends.append(i + 1)
+                size, limit = 0, self.cap_bytes
+        if not ends or ends[-1] != len(profile.tensors):
+            ends.append(len(profile.tensors))
+        return tuple(ends)

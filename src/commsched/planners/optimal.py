@@ -1,0 +1,149 @@
+"""The exact optimum: the contiguous bucketing with the least iteration time under the simulator.
+
+Let f(i) be the earliest time the all-reduces of the first i tensors (in ready order) can end, over
+all bucketings of them, and S the prefix sums of bytes, r_i the ready time of tensor i-1. Since the
+simulator's end time is non-decreasing in the previous end time, the principle of optimality gives
+
+    f(0) = 0,   f(i) = min_{k < i}  max(f(k), r_i) + T(S_i - S_k),
+
+and the iteration time is f(L) (+ optimizer). This is exact for *any* cost T; evaluated over all k
+it costs O(L^2), which is the fallback for a cost model that is not non-decreasing.
+
+When T never decreases with size (every physical model), two facts make it fast:
+
+1. f is non-decreasing in i (drop tensor i from the last bucket of an optimal schedule for i+1
+   tensors: the bucket gets no larger and no later), so the k with f(k) <= r_i form a prefix [0, p).
+   Among them the cost is r_i + T(S_i - S_k), least for the largest, k = p-1: a single candidate.
+   p only grows with i, so one pointer finds it in amortised O(1).
+2. For k >= p the value is f(k) + T(S_i - S_k) >= f(k) + T(bytes of tensor i-1). With ``best`` the
+   value so far, any k with f(k) >= best - T(bytes_{i-1}) cannot win, and since f is sorted those k
+   form a suffix: only the window [p, q) needs evaluating (vectorised), q by binary search.
+
+The window is empty whenever communication keeps up with compute, and short where it does not, so
+the typical cost is close to O(L log L); the worst case stays O(L^2) (BENCHMARKS.md measures one).
+
+For a cost linear in bytes, T(x) = a + b x (alpha-beta and every Table II algorithm), the window
+term is min_k (f(k) - b S_k) + a + b S_i over k in [p, i): a sliding-window minimum whose ends both
+only move right, kept in a monotone deque, so the whole programme is O(L).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from commsched.cost.models import AlphaBeta, CostModel, as_alpha_beta
+from commsched.types import ModelProfile
+
+_VECTOR_WINDOW = 24  # below this many candidates a Python loop beats a numpy call
+
+
+def optimal_ends(ready: list[float] | tuple[float, ...], sizes: list[int], cost: CostModel) -> tuple[tuple[int, ...], float]:
+    """Bucket ends of an optimal bucketing and its communication end time f(L)."""
+    prefix = [0] * (len(sizes) + 1)
+    for i, b in enumerate(sizes):
+        prefix[i + 1] = prefix[i] + b
+    if not cost.nondecreasing:
+        return _exhaustive(ready, prefix, cost)
+    linear = as_alpha_beta(cost)
+    if linear is not None:
+        return _linear(ready, prefix, linear)
+    return _pruned(ready, prefix, cost)
+
+
+def _pruned(ready, prefix: list[int], cost: CostModel) -> tuple[tuple[int, ...], float]:
+    n = len(ready)
+    f = [0.0] * (n + 1)
+    choice = [0] * (n + 1)
+    prefix_np = np.asarray(prefix, dtype=np.float64)
+    f_np = np.zeros(n + 1)
+    time_s = cost.time_s
+    p = 1  # f[0..p-1] <= r for the current r; f[0] = 0 <= every ready time
+    for i in range(1, n + 1):
+        r = ready[i - 1]
+        while p < i and f[p] <= r:
+            p += 1
+        s_i = prefix[i]
+        best = r + time_s(s_i - prefix[p - 1])
+        arg = p - 1
+        if p < i:
+            bound = best - time_s(s_i - prefix[i - 1])
+            q = bisect.bisect_left(f, bound, p, i)
+            if q - p >= _VECTOR_WINDOW:
+                vals = f_np[p:q] + cost.times_s(s_i - prefix_np[p:q])
+                j = int(np.argmin(vals))
+                if vals[j] < best:
+                    best, arg = float(vals[j]), p + j
+            else:
+                for k in range(p, q):
+                    v = f[k] + time_s(s_i - prefix[k])
+                    if v < best:
+                        best, arg = v, k
+        f[i] = best
+        f_np[i] = best
+        choice[i] = arg
+    return _backtrack(choice, n), f[n]
+
+
+def _linear(ready, prefix: list[int], cost: AlphaBeta) -> tuple[tuple[int, ...], float]:
+    n = len(ready)
+    a, b = cost.alpha_s, cost.beta_s_per_byte
+    f = [0.0] * (n + 1)
+    g = [0.0] * (n + 1)  # g(k) = f(k) - b S_k
+    choice = [0] * (n + 1)
+    window: deque[int] = deque()  # indices k in [p, i) with increasing g
+    p = 1
+    for i in range(1, n + 1):
+        k = i - 1
+        if k >= 1:
+            while window and g[window[-1]] >= g[k]:
+                window.pop()
+            window.append(k)
+        r = ready[i - 1]
+        while p < i and f[p] <= r:
+            p += 1
+        while window and window[0] < p:
+            window.popleft()
+        best = r + a + b * (prefix[i] - prefix[p - 1])
+        arg = p - 1
+        if window:
+            v = g[window[0]] + a + b * prefix[i]
+            if v < best:
+                best, arg = v, window[0]
+        f[i] = best
+        g[i] = best - b * prefix[i]
+        choice[i] = arg
+    return _backtrack(choice, n), f[n]
+
+
+def _exhaustive(ready, prefix: list[int], cost: CostModel) -> tuple[tuple[int, ...], float]:
+    n = len(ready)
+    prefix_np = np.asarray(prefix, dtype=np.float64)
+    f = np.zeros(n + 1)
+    choice = [0] * (n + 1)
+    for i in range(1, n + 1):
+        vals = np.maximum(f[:i], ready[i - 1]) + cost.times_s(prefix_np[i] - prefix_np[:i])
+        k = int(np.argmin(vals))
+        f[i], choice[i] = vals[k], k
+    return _backtrack(choice, n), float(f[n])
+
+
+def _backtrack(choice: list[int], n: int) -> tuple[int, ...]:
+    ends = []
+    i = n
+    while i > 0:
+        ends.append(i)
+        i = choice[i]
+    return tuple(reversed(ends))
+
+
+@dataclass(frozen=True)
+class Optimal:
+    name: str = "optimal"
+
+    def ends(self, profile: ModelProfile, cost: CostModel) -> tuple[int, ...]:
+        ends, _ = optimal_ends(profile.ready_s, [t.bytes for t in profile.tensors], cost)
+        return ends

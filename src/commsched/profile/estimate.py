@@ -1,0 +1,74 @@
+"""Estimated profile from FLOPs: OSF Eq. 4-6 on a device preset. Pure Python, no torch.
+
+OSF Eq. 4-6: T_comp = 3 T_forward; t_backward = 2 t_forward = 2 M C / (c pi), with M C a layer's
+forward FLOPs, pi the device's peak FLOP/s and c the achieved fraction of it (the efficiency). So
+the forward takes one third of the compute and each tensor's backward twice its forward FLOPs.
+"""
+
+from __future__ import annotations
+
+import math
+
+from commsched.devices import CALIBRATED_EFFICIENCY, Device, device as lookup_device
+from commsched.errors import CommschedError
+from commsched.models.inventory_types import ModelInventory
+from commsched.types import ModelProfile, TensorSpec
+
+
+def _check_efficiency(efficiency: float) -> float:
+    if (
+        not isinstance(efficiency, (int, float))
+        or isinstance(efficiency, bool)
+        or not math.isfinite(efficiency)
+        or not 0 < efficiency <= 1
+    ):
+        raise CommschedError(f"efficiency c must be in (0, 1], got {efficiency!r}")
+    return float(efficiency)
+
+
+def estimate_profile(
+    inv: ModelInventory,
+    device: Device | str,
+    batch_size: int,
+    efficiency: float = CALIBRATED_EFFICIENCY,
+) -> ModelProfile:
+    """Estimate a training step's forward and per-tensor backward times (``source="estimated"``).
+
+    OSF Eq. 5: forward_s = F / (c pi), F the model's forward FLOPs at ``batch_size``.
+    OSF Eq. 6: tensor i's backward_s = 2 f_i / (c pi), f_i its attributed forward FLOPs, so
+    sum(backward_s) = 2 forward_s and compute = 3 forward_s (OSF Eq. 4).
+
+    FLOPs grow linearly with the batch (every layer's work is per sample), so an inventory taken at
+    batch b is scaled by ``batch_size / b``; this lets a small-batch CPU inventory stand for a large
+    GPU batch. Tensors with no attributed FLOPs get backward_s = 0 (ready together with the one
+    before). ``device`` is a :class:`~commsched.devices.Device` or a preset name.
+    """
+    if not isinstance(inv, ModelInventory):
+        raise CommschedError(f"estimate_profile needs a ModelInventory, got {type(inv).__name__}")
+    dev = lookup_device(device) if isinstance(device, str) else device
+    if not isinstance(dev, Device):
+        raise CommschedError(f"device must be a Device or a preset name, got {device!r}")
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
+        raise CommschedError(f"batch_size must be a positive integer, got {batch_size!r}")
+    c = _check_efficiency(efficiency)
+    if not math.isfinite(dev.peak_flops) or dev.peak_flops <= 0:
+        raise CommschedError(f"device {dev.name!r} peak_flops must be > 0, got {dev.peak_flops!r}")
+
+    achieved_flops_per_s = c * dev.peak_flops
+    scale = batch_size / inv.batch_size
+    tensors = tuple(
+        TensorSpec(
+            name=t.name,
+            bytes=t.bytes,
+            backward_s=2.0 * t.forward_flops * scale / achieved_flops_per_s,
+        )
+        for t in inv.tensors
+    )
+    return ModelProfile(
+        model=inv.model,
+        batch_size=batch_size,
+        device=dev.name,
+        source="estimated",
+        forward_s=inv.forward_flops * scale / achieved_flops_per_s,
+        tensors=tensors,
+    )

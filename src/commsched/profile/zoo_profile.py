@@ -1,0 +1,50 @@
+"""Estimated profiles of zoo models: build, inventory on the CPU at a small batch, scale (torch).
+
+The inventory is taken at batch 2 (BatchNorm needs more than one sample per channel in training
+mode) to keep CPU time low; :func:`~commsched.profile.estimate.estimate_profile` scales its FLOPs
+linearly to the requested batch.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from commsched.devices import CALIBRATED_EFFICIENCY, device
+from commsched.models.inventory import inventory
+from commsched.models.inventory_types import ModelInventory
+from commsched.models.zoo import build_model, example_input, training_loss
+from commsched.profile.estimate import estimate_profile
+from commsched.types import ModelProfile
+
+INVENTORY_BATCH = 2
+SEED = 0
+
+
+def zoo_inventory(name: str, image_size: int | None = None, batch: int = INVENTORY_BATCH) -> ModelInventory:
+    """Inventory of zoo model ``name`` at ``batch`` samples (default image size when None).
+
+    Weights are initialised under a forked RNG seeded with 0, so the result is deterministic and the
+    caller's global torch RNG state is left as it was.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(SEED)
+        model = build_model(name)
+        inputs = example_input(name, batch, image_size)
+        return inventory(model, inputs, loss_fn=lambda out: training_loss(name, out), name=name)
+
+
+def zoo_profile(
+    name: str,
+    batch_size: int,
+    device_name: str,
+    image_size: int | None = None,
+    efficiency: float | None = None,
+) -> ModelProfile:
+    """Estimated profile (OSF Eq. 4-6) of zoo model ``name`` at ``batch_size`` on preset ``device_name``.
+
+    ``efficiency`` None means the calibrated c (:data:`~commsched.devices.CALIBRATED_EFFICIENCY`).
+    """
+    dev = device(device_name)  # fail on a bad name before spending CPU time on the model
+    inv = zoo_inventory(name, image_size=image_size)
+    c = CALIBRATED_EFFICIENCY if efficiency is None else efficiency
+    return estimate_profile(inv, dev, batch_size, efficiency=c)

@@ -1,0 +1,1 @@
+"""Reports: Chrome/Perfetto traces, PNG plots (matplotlib, imported lazily) and terminal tables."""

@@ -1,0 +1,103 @@
+"""PNG figures: a Gantt chart of timelines and scaling curves. matplotlib is imported lazily, with
+the non-interactive Agg backend, so computation never needs a display."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from commsched.types import Timeline
+
+_COLORS = {"forward": "#9ecae1", "backward": "#3182bd", "optimizer": "#756bb1"}
+_COMM = ("#e6550d", "#fdae6b")
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def gantt_png(timelines: dict[str, Timeline], path: str | Path, title: str = "") -> Path:
+    """Two lanes per timeline (compute, all-reduce); all-reduces alternate colours so buckets stand apart."""
+    plt = _pyplot()
+    n = len(timelines)
+    fig, ax = plt.subplots(figsize=(11, 0.9 + 0.85 * n), dpi=120)
+    yticks, ylabels = [], []
+    scale, unit = 1e3, "ms"
+    for row, (label, tl) in enumerate(reversed(list(timelines.items()))):
+        base = row * 3
+        for s in tl.spans:
+            y = base + (1 if s.kind != "allreduce" else 0)
+            color = _COLORS.get(s.kind)
+            if s.kind == "allreduce":
+                color = _COMM[tl.allreduces.index(s) % 2]
+            ax.broken_barh([(s.start_s * scale, max(s.duration_s, 0.0) * scale)], (y + 0.1, 0.8), facecolors=color, edgecolor="none")
+        ax.text(tl.iteration_s * scale, base + 0.5, f"  {tl.iteration_s * scale:.1f} {unit}", va="center", fontsize=8)
+        yticks += [base + 0.5, base + 1.5]
+        ylabels += [f"{label}: all-reduce ({len(tl.allreduces)})", f"{label}: compute"]
+    ax.set_yticks(yticks, ylabels, fontsize=8)
+    ax.set_xlabel(f"time ({unit})")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title(title or "one training iteration", fontsize=10)
+    from matplotlib.patches import Patch
+
+    kinds = {s.kind for tl in timelines.values() for s in tl.spans}
+    handles = [Patch(color=c, label=k) for k, c in _COLORS.items() if k in kinds]
+    handles.append(Patch(color=_COMM[0], label="all-reduce (alternate buckets shaded)"))
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.22), fontsize=7, ncol=4, frameon=False)
+    xmax = max(tl.iteration_s for tl in timelines.values()) * scale
+    ax.set_xlim(0, xmax * 1.12)
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(p, bbox_inches="tight")
+    plt.close(fig)
+    return p
+
+
+def scaling_png(rows: Sequence[dict], path: str | Path, title: str = "") -> Path:
+    """Scaling factor and speedup against worker count, one line per (model, strategy, algorithm).
+
+    ``rows`` are the rows of :func:`commsched.scale.sweep` (keys: model, strategy, algorithm,
+    workers, scaling_factor, speedup).
+    """
+    plt = _pyplot()
+    series: dict[tuple, list[dict]] = {}
+    for r in rows:
+        series.setdefault((r["model"], r["strategy"], r["algorithm"]), []).append(r)
+    models = sorted({k[0] for k in series})
+    algos = sorted({k[2] for k in series})
+    fig, axes = plt.subplots(len(models), 2, figsize=(12, 3.6 * len(models)), dpi=110, squeeze=False)
+    for mi, model in enumerate(models):
+        ax_sf, ax_sp = axes[mi]
+        for (m, strategy, algo), pts in sorted(series.items()):
+            if m != model:
+                continue
+            pts = sorted(pts, key=lambda r: r["workers"])
+            ws = [r["workers"] for r in pts]
+            label = strategy if len(algos) == 1 else f"{strategy} ({algo})"
+            style = "-" if strategy == "optimal" else "--" if strategy in ("wfbp", "synceasgd") else "-."
+            ax_sf.plot(ws, [r["scaling_factor"] for r in pts], style, marker="o", ms=3, label=label)
+            ax_sp.plot(ws, [r["speedup"] for r in pts], style, marker="o", ms=3, label=label)
+        ws_all = sorted({r["workers"] for r in rows if r["model"] == model})
+        ax_sp.plot(ws_all, ws_all, ":", color="gray", label="linear")
+        for ax, ylabel in ((ax_sf, "scaling factor T1/(N T_N)"), (ax_sp, "speedup over one worker")):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("workers")
+            ax.set_ylabel(ylabel)
+            ax.grid(alpha=0.3, which="both")
+            ax.set_title(f"{model}", fontsize=10)
+        ax_sp.set_yscale("log", base=2)
+        ax_sf.set_ylim(0, 1.05)
+        ax_sf.legend(fontsize=7, ncol=2)
+    if title:
+        fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(p)
+    plt.close(fig)
+    return p

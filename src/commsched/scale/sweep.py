@@ -1,0 +1,88 @@
+"""Sweeps over worker counts, strategies and all-reduce algorithms.
+
+With a fixed per-worker batch, one worker's iteration is its compute alone (no communication), so
+the scaling factor of OSF Eq. 1 is SF(N) = T_1 / (N T_N) = iteration_1 / iteration_N for the same
+job, and the speedup over one worker is N x SF(N) (MG-WFBP Eq. 4 with overlap).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+
+from commsched.cost.cluster import ClusterSpec
+from commsched.errors import CommschedError
+from commsched.planners.base import Planner
+from commsched.sim.timeline import iteration_end_s, prefix_bytes
+from commsched.types import ModelProfile
+
+
+def expand_workers(spec: str) -> tuple[int, ...]:
+    """Parse "4,8,16" or a geometric "4,8,...,2048" (ratio from the first two terms)."""
+    parts = [p.strip() for p in spec.split(",") if p.strip()]
+    if not parts:
+        raise CommschedError(f"worker counts must be a comma-separated list, got {spec!r}")
+    out: list[int] = []
+    for i, p in enumerate(parts):
+        if p in ("...", "…"):
+            if len(out) < 2 or i != len(parts) - 2:
+                raise CommschedError(f"'...' needs two counts before it and one after, as in 4,8,...,2048; got {spec!r}")
+            continue
+        if not re.fullmatch(r"\d+", p) or int(p) < 1:
+            raise CommschedError(f"worker count must be a positive integer, got {p!r} in {spec!r}")
+        out.append(int(p))
+    if "..." in parts or "…" in parts:
+        a, b, last = out[0], out[1], out[-1]
+        if b <= a or b % a:
+            raise CommschedError(f"'...' continues a geometric series with a whole ratio; {a},{b} is not one")
+        seq = [a]
+        while seq[-1] * (b // a) <= last:
+            seq.append(seq[-1] * (b // a))
+        if seq[-1] != last:
+            raise CommschedError(f"{last} is not in the series {a},{b},...; the last term would be {seq[-1]}")
+        out = seq
+    if any(b <= a for a, b in zip(out, out[1:])):
+        raise CommschedError(f"worker counts must increase, got {out}")
+    return tuple(out)
+
+
+def sweep(
+    profiles: dict[str, ModelProfile],
+    cluster: ClusterSpec,
+    workers: Sequence[int],
+    planners: Sequence[Planner],
+    algorithms: Sequence[str] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> list[dict]:
+    """One row per (model, algorithm, strategy, workers). ``algorithms`` None keeps the cluster's model."""
+    rows: list[dict] = []
+    algos: Iterable[str | None] = algorithms or [None]
+    for model, profile in profiles.items():
+        ready, pb = profile.ready_s, prefix_bytes(profile)
+        t1 = profile.compute_s + profile.optimizer_s
+        for algo in algos:
+            base = cluster if algo is None else cluster.with_algorithm(algo)
+            algo_name = base.allreduce.to_json()["model"]
+            for n in workers:
+                cost = base.with_workers(n).allreduce
+                for planner in planners:
+                    ends = planner.ends(profile, cost)
+                    t_n = iteration_end_s(ready, pb, ends, cost) + profile.optimizer_s
+                    sf = t1 / t_n
+                    rows.append(
+                        {
+                            "model": model,
+                            "algorithm": algo_name,
+                            "strategy": planner.name,
+                            "workers": n,
+                            "iteration_s": t_n,
+                            "compute_s": profile.compute_s,
+                            "non_overlapped_comm_s": t_n - profile.optimizer_s - profile.compute_s,
+                            "buckets": len(ends),
+                            "scaling_factor": sf,
+                            "speedup": n * sf,
+                        }
+                    )
+                if progress:
+                    progress(len(planners))
+    return rows

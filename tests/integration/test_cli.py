@@ -1,0 +1,139 @@
+"""The command line end to end, in real subprocesses: outputs, files, golden plans and errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+PROFILE = str(DATA / "tiny-profile.json")
+CLUSTER = str(DATA / "tiny-cluster.json")
+
+
+def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "commsched", *args], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
+
+
+def test_plan_json_matches_golden():
+    r = run("plan", "--profile", PROFILE, "--cluster", CLUSTER, "--json")
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    want = json.loads((DATA / "golden-tiny-plan.json").read_text())
+    assert got["best"] == want["best"]
+    assert list(got["strategies"]) == list(want["strategies"])
+    for name, plan in want["strategies"].items():
+        g = got["strategies"][name]
+        assert g["schema"] == "commsched.plan/v1" and g["strategy"] == name
+        assert [b["tensors"] for b in g["buckets"]] == [b["tensors"] for b in plan["buckets"]], name
+        assert g["predicted"]["iteration_s"] == pytest.approx(plan["predicted"]["iteration_s"], rel=1e-12), name
+
+
+def test_plan_writes_plan_trace_and_gantt(tmp_path):
+    r = run("plan", "--profile", PROFILE, "--cluster", CLUSTER, "--strategy", "optimal,ddp", "--out", str(tmp_path / "o"))
+    assert r.returncode == 0, r.stderr
+    assert "optimal" in r.stdout and "speedup vs DDP" in r.stdout
+    plan = json.loads((tmp_path / "o" / "plan.json").read_text())
+    assert plan["strategy"] == "optimal" and plan["predicted"]["iteration_s"] > 0
+    trace = json.loads((tmp_path / "o" / "trace.json").read_text())
+    complete = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert {e["cat"] for e in complete} >= {"forward", "backward", "allreduce"}
+    assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in complete)
+    assert (tmp_path / "o" / "gantt.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_profile_then_plan_with_a_cluster_file(tmp_path):
+    r = run("profile", "--model", "resnet50", "--batch-size", "32", "--device", "V100", "--out", str(tmp_path / "p.json"))
+    assert r.returncode == 0, r.stderr
+    prof = json.loads((tmp_path / "p.json").read_text())
+    assert prof["schema"] == "commsched.profile/v1" and len(prof["tensors"]) == 161 and prof["source"] == "estimated"
+    r = run("plan", "--profile", str(tmp_path / "p.json"), "--cluster", CLUSTER, "--strategy", "optimal", "--strategy", "ddp", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert set(doc["strategies"]) == {"optimal", "ddp"} and doc["best"] == "optimal"
+    names = [n for b in doc["strategies"]["ddp"]["buckets"] for n in b["tensors"]]
+    assert names == [t["name"] for t in prof["tensors"]]
+
+
+def test_plan_zoo_model_on_rescaled_preset(tmp_path):
+    r = run("plan", "--model", "vgg16", "--cluster", "v100-56gbib", "--workers", "32", "--bucket-mb", "25", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "32 workers" in r.stdout and (tmp_path / "plan.json").exists()
+
+
+def test_scale_writes_csv_and_png(tmp_path):
+    r = run(
+        "scale", "--profile", PROFILE, "--cluster", "k80-10gbe", "--workers", "4,8,...,64",
+        "--algorithm", "ring,double_binary_tree", "--out", str(tmp_path),
+    )
+    assert r.returncode == 0, r.stderr
+    rows = (tmp_path / "scale.csv").read_text().splitlines()
+    assert len(rows) == 1 + 2 * 5 * 8  # algorithms x worker counts x strategies
+    assert (tmp_path / "scale.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def bad_profile(tmp_path: Path, mutate) -> str:
+    doc = json.loads(Path(PROFILE).read_text())
+    mutate(doc)
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps(doc))
+    return str(p)
+
+
+def _set(path, value):
+    def f(doc):
+        obj = doc
+        for k in path[:-1]:
+            obj = obj[k]
+        obj[path[-1]] = value
+
+    return f
+
+
+ERRORS = {
+    "missing file": (lambda t: ["plan", "--profile", str(t / "nope.json")], "no such file"),
+    "malformed json": (lambda t: (t.joinpath("m.json").write_text("{bad"), ["plan", "--profile", str(t / "m.json")])[1], "malformed JSON"),
+    "unknown model": (lambda t: ["plan", "--model", "resnet51"], "unknown model 'resnet51'"),
+    "unknown strategy": (lambda t: ["plan", "--profile", PROFILE, "--strategy", "fastest"], "unknown strategy 'fastest'"),
+    "unknown preset": (lambda t: ["plan", "--profile", PROFILE, "--cluster", "dgx-9000"], "unknown cluster preset 'dgx-9000'"),
+    "unknown device": (lambda t: ["profile", "--model", "resnet18", "--device", "TPU", "--out", str(t / "p.json")], "unknown device 'TPU'"),
+    "negative size": (lambda t: ["plan", "--profile", bad_profile(t, _set(["tensors", 0, "bytes"], -4))], "bytes"),
+    "zero size": (lambda t: ["plan", "--profile", bad_profile(t, _set(["tensors", 1, "bytes"], 0))], "bytes"),
+    "negative time": (lambda t: ["plan", "--profile", bad_profile(t, _set(["tensors", 2, "backward_s"], -0.001))], "backward_s"),
+    "negative forward": (lambda t: ["plan", "--profile", bad_profile(t, _set(["forward_s"], -1))], "forward_s"),
+    "no compute": (
+        lambda t: ["plan", "--profile", bad_profile(t, lambda d: [d.update(forward_s=0), *[x.update(backward_s=0) for x in d["tensors"]]])],
+        "no compute time",
+    ),
+    "duplicate names": (lambda t: ["plan", "--profile", bad_profile(t, _set(["tensors", 3, "name"], "fc.bias"))], "twice"),
+    "zero workers": (lambda t: ["plan", "--profile", PROFILE, "--workers", "0"], "--workers"),
+    "zero batch": (lambda t: ["plan", "--model", "resnet18", "--batch-size", "0"], "--batch-size"),
+    "zero bucket": (lambda t: ["plan", "--profile", PROFILE, "--bucket-mb", "0"], "--bucket-mb"),
+    "negative alpha": (
+        lambda t: (
+            t.joinpath("c.json").write_text(json.dumps({**json.loads(Path(CLUSTER).read_text()), "allreduce": {"model": "alpha_beta", "alpha_s": -1, "beta_s_per_byte": 1e-9}})),
+            ["plan", "--profile", PROFILE, "--cluster", str(t / "c.json")],
+        )[1],
+        "alpha_s",
+    ),
+    "rescale a fitted cluster": (lambda t: ["plan", "--profile", PROFILE, "--cluster", CLUSTER, "--workers", "64"], "cannot be rescaled"),
+    "bad worker series": (lambda t: ["scale", "--profile", PROFILE, "--workers", "4,8,...,100"], "not in the series"),
+    "wrong schema": (lambda t: ["plan", "--profile", CLUSTER], "schema"),
+    "unknown option": (lambda t: ["plan", "--frobnicate"], "frobnicate"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ERRORS))
+def test_errors_are_one_line_and_exit_2(tmp_path, case):
+    make_args, needle = ERRORS[case]
+    r = run(*make_args(tmp_path), cwd=tmp_path)
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert "Traceback" not in r.stderr and needle in lines[0], lines[0]
+    assert lines[0].startswith("commsched: error: ")

@@ -1,0 +1,75 @@
+"""Every plan covers each tensor once in ready order; timelines obey the simulator's invariants;
+profiles, plans and clusters survive a JSON round trip."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from commsched.cost.cluster import ClusterSpec, cluster_from_json
+from commsched.cost.models import ALGORITHMS, AlgorithmCost, LinkParams
+from commsched.io import plan_from_json, plan_to_json, profile_from_json, profile_to_json
+from commsched.planners import STRATEGIES, make_plan
+from commsched.sim.timeline import ends_of_plan, simulate
+from tests.conftest import costs, profiles
+
+EPS = 1e-12
+
+
+@given(profiles(max_tensors=40), costs, st.sampled_from(sorted(STRATEGIES)))
+def test_plan_covers_every_tensor_once_in_ready_order(profile, cost, name):
+    plan = make_plan(STRATEGIES[name], profile, cost)
+    assert plan.tensor_order == profile.names
+    assert all(b.tensors for b in plan.buckets)
+    by_name = {t.name: t.bytes for t in profile.tensors}
+    assert all(b.bytes == sum(by_name[n] for n in b.tensors) for b in plan.buckets)
+
+
+@given(profiles(max_tensors=40), costs, st.sampled_from(sorted(STRATEGIES)))
+def test_timeline_invariants(profile, cost, name):
+    plan = make_plan(STRATEGIES[name], profile, cost)
+    ends = ends_of_plan(profile, plan)
+    tl = simulate(profile, ends, cost)
+    ready = profile.ready_s
+    ars = tl.allreduces
+    assert len(ars) == len(plan.buckets)
+    for span, end in zip(ars, ends):
+        assert span.start_s >= ready[end - 1] - EPS  # never before its bucket is ready
+        assert span.end_s >= span.start_s
+    for a, b in zip(ars, ars[1:]):
+        assert b.start_s >= a.end_s - EPS  # all-reduces never overlap
+    backward_end = profile.forward_s + profile.backward_s
+    assert tl.iteration_s >= backward_end - EPS
+    assert tl.iteration_s >= sum(s.duration_s for s in ars) - EPS
+    assert abs(tl.comm_s - sum(s.duration_s for s in ars)) <= 1e-9 * max(tl.comm_s, 1)
+    assert tl.non_overlapped_comm_s >= -EPS
+    assert abs(tl.iteration_s - (backward_end + tl.non_overlapped_comm_s + profile.optimizer_s)) <= 1e-9 * tl.iteration_s + EPS
+    assert plan.predicted.iteration_s == tl.iteration_s
+
+
+@given(profiles(max_tensors=30))
+def test_profile_json_round_trip(profile):
+    assert profile_from_json(json.loads(json.dumps(profile_to_json(profile)))) == profile
+
+
+@given(profiles(max_tensors=30), costs, st.sampled_from(sorted(STRATEGIES)))
+def test_plan_json_round_trip(profile, cost, name):
+    plan = make_plan(STRATEGIES[name], profile, cost)
+    back = plan_from_json(json.loads(json.dumps(plan_to_json(plan))))
+    assert back == plan
+
+
+@given(
+    st.sampled_from(ALGORITHMS),
+    st.integers(1, 4096),
+    st.floats(0, 1e-3),
+    st.floats(0, 1e-8),
+    st.floats(0, 1e-9),
+    costs,
+)
+def test_cluster_json_round_trip(algo, workers, a, b, g, other_cost):
+    for model in (AlgorithmCost(algo, LinkParams(a, b, g), workers), other_cost):
+        c = ClusterSpec("c", workers, model)
+        assert cluster_from_json(json.loads(json.dumps(c.to_json()))).to_json() == c.to_json()

@@ -1,0 +1,151 @@
+"""Each strategy against its source: DDP against torch's own bucketing, MG-WFBP against a literal
+transcription of Algorithm 1, Horovod and adaFusion against hand-worked timelines."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+
+from commsched.cost.models import AlphaBeta
+from commsched.errors import CommschedError
+from commsched.planners import DDP, MGWFBP, STRATEGIES, AdaFusion, Horovod, Optimal, make_plan, planner
+from commsched.planners.ddp import MIB
+from commsched.types import ModelProfile, TensorSpec
+from tests.conftest import alpha_beta_costs, profiles
+
+
+def prof(spec, forward_s=0.0):
+    """spec: [(bytes, backward_s), ...] in ready order."""
+    return ModelProfile("m", 1, "d", "estimated", forward_s, tuple(TensorSpec(f"t{i}", b, s) for i, (b, s) in enumerate(spec)))
+
+
+def sizes(plan):
+    return [len(b.tensors) for b in plan.buckets]
+
+
+# --- wfbp / synceasgd ---
+
+
+def test_wfbp_and_synceasgd_are_the_two_extremes():
+    p = prof([(100, 1.0)] * 5)
+    cost = AlphaBeta(1.0, 0.0)
+    assert sizes(make_plan(STRATEGIES["wfbp"], p, cost)) == [1] * 5
+    assert sizes(make_plan(STRATEGIES["synceasgd"], p, cost)) == [5]
+
+
+# --- ddp ---
+
+
+@given(profiles(max_tensors=60))
+def test_ddp_matches_torch_compute_bucket_assignment(profile):
+    torch = pytest.importorskip("torch")
+    from torch._C._distributed_c10d import _compute_bucket_assignment_by_size
+
+    cap, first = 3 * MIB, 1 * MIB
+    # fp32 tensors of the profile's sizes (rounded up to whole floats), in ready order
+    numels = [max(1, (t.bytes + 3) // 4) for t in profile.tensors]
+    tensors = [torch.empty(n, dtype=torch.float32) for n in numels]
+    groups, _ = _compute_bucket_assignment_by_size(tensors, [first, cap])
+    p4 = ModelProfile("m", 1, "d", "estimated", 1.0, tuple(TensorSpec(t.name, 4 * n, 0.0) for t, n in zip(profile.tensors, numels)))
+    ours = make_plan(DDP(cap_bytes=cap, first_bucket_bytes=first), p4, AlphaBeta(1e-3, 1e-9))
+    assert [list(range(sum(sizes(ours)[:i]), sum(sizes(ours)[: i + 1]))) for i in range(len(ours.buckets))] == [list(g) for g in groups]
+
+
+def test_ddp_default_is_25_mib_with_1_mib_first_bucket():
+    p = prof([(MIB // 2, 0.0)] * 3 + [(10 * MIB, 0.0)] * 6, forward_s=1.0)
+    assert sizes(make_plan(DDP(), p, AlphaBeta(1e-3, 1e-9))) == [2, 4, 3]
+    assert DDP().cap_bytes == 25 * MIB and DDP().first_bucket_bytes == MIB
+
+
+# --- mg-wfbp ---
+
+
+def mgwfbp_literal(profile, cost):
+    """Algorithm 1 transcribed line by line (1-based layers, layer L first ready), O(L^2)."""
+    L = len(profile.tensors)
+    tb = [0.0] * (L + 1)
+    p = [0] * (L + 1)
+    for i, t in enumerate(profile.tensors):  # index i is layer L - i
+        tb[L - i], p[L - i] = t.backward_s, t.bytes
+    tb[L] += profile.forward_s  # the paper's clock starts at backward; shifting everything is harmless
+    tc = [0.0] * (L + 1)
+    taub = [0.0] * (L + 1)
+    m = ["n"] * (L + 1)
+    for l in range(1, L + 1):
+        tc[l] = cost.time_s(p[l])
+    taub[L] = 0.0
+    for l in range(L - 1, 0, -1):
+        taub[l] = taub[l + 1] + tb[l + 1]
+
+    def comm_start():
+        tauc = [0.0] * (L + 1)
+        tauc[L] = taub[L] + tb[L]
+        for l in range(L - 1, 0, -1):
+            tauc[l] = max(tauc[l + 1] + tc[l + 1], taub[l] + tb[l])
+        return tauc
+
+    tauc = comm_start()
+    for l in range(L, 1, -1):
+        a = cost.time_s(p[l]) + cost.time_s(p[l - 1]) - cost.time_s(p[l] + p[l - 1])  # Eq. 17
+        if taub[l - 1] + tb[l - 1] - tauc[l] < a:
+            tc[l] = 0.0
+            p[l - 1] += p[l]
+            tc[l - 1] = cost.time_s(p[l - 1])
+            tauc = comm_start()
+            m[l] = "m"
+    # a bucket ends at every normal layer
+    return tuple(L - l + 1 for l in range(L, 0, -1) if m[l] == "n")
+
+
+@given(profiles(max_tensors=50), alpha_beta_costs)
+def test_mgwfbp_is_algorithm_1(profile, cost):
+    assert MGWFBP().ends(profile, cost) == mgwfbp_literal(profile, cost)
+
+
+def test_mgwfbp_theorem_1_counterexample():
+    """Theorem 1 says Algorithm 1 is optimal; here it is not (the greedy merge of t0 into t1 blocks
+    the better merge of t1 with t2). ready = 1, 2, 5 s; a = 2 s, b = 0.5 ms/byte."""
+    p = prof([(4000, 1.0), (3000, 1.0), (1000, 3.0)])
+    cost = AlphaBeta(2.0, 0.0005)
+    mg = make_plan(MGWFBP(), p, cost)
+    opt = make_plan(Optimal(), p, cost)
+    assert sizes(mg) == [2, 1] and mg.predicted.iteration_s == pytest.approx(10.0)
+    assert sizes(opt) == [1, 2] and opt.predicted.iteration_s == pytest.approx(9.0)
+
+
+# --- horovod ---
+
+
+def test_horovod_fuses_what_is_ready_at_each_cycle():
+    # ready at 0.5, 0.9, 1.5, 3.2 ms; cycle 1 ms from t=0; all-reduce takes 0.1 ms
+    p = prof([(10, 0.5e-3), (10, 0.4e-3), (10, 0.6e-3), (10, 1.7e-3)])
+    plan = make_plan(Horovod(threshold_bytes=64 * MIB, cycle_s=1e-3), p, AlphaBeta(1e-4, 0.0))
+    assert sizes(plan) == [2, 1, 1]  # ticks at 1 ms {t0,t1}, 2 ms {t2}, 4 ms {t3}
+
+
+def test_horovod_threshold_splits_a_cycle_and_a_busy_loop_delays_the_next_tick():
+    p = prof([(60, 0.0), (60, 0.0), (60, 0.0), (10, 1.5e-3)])
+    plan = make_plan(Horovod(threshold_bytes=100, cycle_s=1e-3), p, AlphaBeta(2e-3, 0.0))
+    # tick 0: three 60 B tensors -> three buffers (each 6 ms of all-reduce); next tick at 6 ms
+    assert sizes(plan) == [1, 1, 1, 1]
+    legacy = STRATEGIES["horovod-legacy"]
+    assert legacy.threshold_bytes == 64 * MIB and legacy.cycle_s == 5e-3
+
+
+# --- adafusion ---
+
+
+def test_adafusion_eq17():
+    # T = 1 ms + 1 ns/B. Fusing saves the 1 ms startup; it pays the wait for the next tensor.
+    cost = AlphaBeta(1e-3, 1e-9)
+    p = prof([(1000, 0.0), (1000, 0.5e-3), (1000, 2e-3), (1000, 0.0)])
+    assert sizes(make_plan(AdaFusion(), p, cost)) == [2, 2]
+
+
+def test_unknown_strategy():
+    with pytest.raises(CommschedError, match="unknown strategy 'nope'"):
+        planner("nope")
+    with pytest.raises(CommschedError):
+        DDP(cap_bytes=0)
+    with pytest.raises(CommschedError):
+        Horovod(cycle_s=0.0)
