@@ -1,0 +1,375 @@
+"""Apply a plan to real training: DDP semantics with the plan's buckets.
+
+``DataParallel(module, plan)`` wraps a module like ``torch.nn.parallel.DistributedDataParallel``:
+
+- at construction every rank checks it holds the same plan for the same model (a fingerprint of
+  bucket layout, tensor names, shapes and dtypes, gathered from all ranks) and that the plan covers
+  each trainable parameter exactly once; a mismatch is a :class:`CommschedError` on every rank, not a
+  hang. Parameters and buffers are then broadcast from rank 0, as DDP does;
+- during backward, ``register_post_accumulate_grad_hook`` copies each gradient, scaled by 1/world
+  (as DDP's reducer does while copying into its buckets), into its bucket's flat buffer; the moment
+  a bucket's last gradient is in, its all-reduce is launched asynchronously. Buckets are launched in
+  the plan's order (a bucket complete before its predecessor waits for it), because every rank must
+  issue collectives in the same order;
+- at the end of backward (an autograd engine callback, as DDP uses) all all-reduces are awaited, with
+  a timeout, and the averaged gradients are copied back into ``param.grad``; the optimizer step that
+  follows sees world-averaged gradients.
+
+Also handled: ``no_sync()`` for gradient accumulation (gradients accumulate locally and the next
+synchronised backward reduces the sum, as with DDP); frozen parameters (not in the plan, never
+reduced); parameters unused in a step: with ``find_unused_parameters=True`` (as with DDP) a rank that
+did not use a parameter contributes zeros, a parameter no rank used keeps its ``.grad`` untouched
+(found by one extra all-reduce of a used-flag per parameter each step, as DDP does), and buckets after
+an incomplete one wait until backward ends; with the default ``False`` an unused parameter is a
+CommschedError at the end of that backward; any gradient dtype (one flat buffer per
+dtype within a bucket, so fp16/bf16 gradients are reduced in their own dtype).
+
+Each synchronised step can be recorded (``record=True``): per-tensor ready times and per-bucket
+all-reduce start/end, as a :class:`StepRecord`, convertible to the simulator's Timeline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from commsched.errors import CommschedError
+from commsched.types import Plan, Span, Timeline
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One synchronised step, seconds relative to the start of forward."""
+
+    forward_end_s: float
+    ready_s: tuple[float, ...]  # per tensor, in plan order (nan when unused this step)
+    bucket_start_s: tuple[float, ...]
+    bucket_end_s: tuple[float, ...]
+    bucket_bytes: tuple[int, ...]
+    step_end_s: float  # averaged gradients are back in param.grad
+
+    def timeline(self) -> Timeline:
+        """The measured step as the simulator's Timeline (same trace and Gantt exports)."""
+        ready = [r for r in self.ready_s if r == r]
+        backward_end = max(ready) if ready else self.forward_end_s
+        spans = [
+            Span("forward", "forward", 0.0, self.forward_end_s),
+            Span("backward", "backward", self.forward_end_s, backward_end),
+        ]
+        spans += [
+            Span("allreduce", f"bucket {j}", s, e, b)
+            for j, (s, e, b) in enumerate(zip(self.bucket_start_s, self.bucket_end_s, self.bucket_bytes))
+        ]
+        comm = sum(e - s for s, e in zip(self.bucket_start_s, self.bucket_end_s))
+        end = max([backward_end, *self.bucket_end_s])
+        return Timeline(
+            spans=tuple(spans),
+            iteration_s=end,
+            compute_s=backward_end,
+            comm_s=comm,
+            non_overlapped_comm_s=end - backward_end,
+        )
+
+    def breakdown(self) -> dict[str, float]:
+        """Computation only, communication only and their overlap (seconds, within this step)."""
+        ready = [r for r in self.ready_s if r == r]
+        compute = (0.0, max(ready) if ready else self.forward_end_s)
+        comm = _union(list(zip(self.bucket_start_s, self.bucket_end_s)))
+        comm_total = sum(e - s for s, e in comm)
+        overlap = sum(max(0.0, min(e, compute[1]) - max(s, compute[0])) for s, e in comm)
+        return {
+            "computation_only_s": compute[1] - compute[0] - overlap,
+            "communication_only_s": comm_total - overlap,
+            "overlap_s": overlap,
+        }
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, e))
+    return out
+
+
+@dataclass
+class _Slot:
+    param: nn.Parameter
+    name: str
+    bucket: int
+    buffer: int  # index into the bucket's per-dtype buffers
+    offset: int
+    numel: int
+
+
+def trainable_parameters(module: nn.Module) -> dict[str, nn.Parameter]:
+    """Trainable parameters by name, shared ones once (named_parameters already dedupes)."""
+    return {n: p for n, p in module.named_parameters() if p.requires_grad}
+
+
+def plan_fingerprint(plan: Plan, params: dict[str, nn.Parameter]) -> str:
+    layout = [[(n, list(params[n].shape), str(params[n].dtype)) for n in b.tensors] for b in plan.buckets]
+    return hashlib.sha256(json.dumps(layout).encode()).hexdigest()[:16]
+
+
+def check_plan_fits(plan: Plan, params: dict[str, nn.Parameter]) -> None:
+    names = [n for b in plan.buckets for n in b.tensors]
+    unknown = [n for n in names if n not in params]
+    if unknown:
+        raise CommschedError(
+            f"plan {plan.strategy!r} names {len(unknown)} tensor(s) the model has no trainable parameter for, "
+            f"first {unknown[0]!r}: was it made for another model?"
+        )
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise CommschedError(f"plan {plan.strategy!r} lists tensor {dup!r} more than once")
+    missing = [n for n in params if n not in set(names)]
+    if missing:
+        raise CommschedError(
+            f"plan {plan.strategy!r} leaves out {len(missing)} trainable parameter(s), first {missing[0]!r}"
+        )
+
+
+class DataParallel(nn.Module):
+    """Data-parallel training with a commsched plan's buckets (see the module docstring).
+
+    ``timeout_s`` bounds the wait for each all-reduce at the end of backward; when a peer rank dies,
+    the survivors raise CommschedError within about that time (or sooner, when the transport reports
+    the broken connection).
+    """
+
+    def __init__(
+        self,
+        module: nn.Module,
+        plan: Plan,
+        *,
+        process_group: dist.ProcessGroup | None = None,
+        timeout_s: float = 300.0,
+        broadcast_buffers: bool = True,
+        find_unused_parameters: bool = False,
+        record: bool = False,
+    ) -> None:
+        super().__init__()
+        if not dist.is_available() or not dist.is_initialized():
+            raise CommschedError("commsched.DataParallel needs torch.distributed initialised (init_process_group)")
+        if not timeout_s > 0:
+            raise CommschedError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
+        self.module = module
+        self.plan = plan
+        self.process_group = process_group
+        self.timeout_s = float(timeout_s)
+        self.broadcast_buffers = broadcast_buffers
+        self.find_unused_parameters = find_unused_parameters
+        self.record = record
+        self.world_size = dist.get_world_size(process_group)
+        self.rank = dist.get_rank(process_group)
+        params = trainable_parameters(module)
+        self._check_same_plan_everywhere(plan, params)
+        self._sync_module_states(params)
+        self._build_buckets(plan, params)
+        self._sync_enabled = True
+        self.records: list[StepRecord] = []
+        self._reset_step()
+        self._hooks = [s.param.register_post_accumulate_grad_hook(self._make_hook(i)) for i, s in enumerate(self._slots)]
+
+    # --- set-up ------------------------------------------------------------------------------
+
+    def _check_same_plan_everywhere(self, plan: Plan, params: dict[str, nn.Parameter]) -> None:
+        """Every rank learns every rank's verdict before anyone raises, so no rank hangs."""
+        try:
+            check_plan_fits(plan, params)
+            mine = plan_fingerprint(plan, params)
+        except CommschedError as e:
+            mine = f"error: {e}"
+        everyone: list[str | None] = [None] * self.world_size
+        dist.all_gather_object(everyone, mine, group=self.process_group)
+        errors = [(r, f) for r, f in enumerate(everyone) if f is not None and f.startswith("error: ")]
+        if errors:
+            r, f = errors[0]
+            raise CommschedError(f"rank {self.rank}: the plan does not fit the model on rank {r}: {f[7:]}")
+        if len(set(everyone)) > 1:
+            groups: dict[str, list[int]] = {}
+            for r, f in enumerate(everyone):
+                groups.setdefault(str(f), []).append(r)
+            detail = "; ".join(f"ranks {rs} have plan {f}" for f, rs in groups.items())
+            raise CommschedError(f"rank {self.rank}: ranks hold different plans or models ({detail})")
+
+    def _sync_module_states(self, params: dict[str, nn.Parameter]) -> None:
+        tensors = [p.detach() for p in self.module.parameters()] + [b for b in self.module.buffers()]
+        self._broadcast(tensors)
+
+    def _broadcast(self, tensors: list[torch.Tensor]) -> None:
+        """Broadcast from rank 0, one flat tensor per dtype and device (few collectives)."""
+        groups: dict[tuple, list[torch.Tensor]] = {}
+        for t in tensors:
+            groups.setdefault((t.dtype, t.device), []).append(t)
+        src = dist.get_global_rank(self.process_group, 0) if self.process_group is not None else 0
+        for ts in groups.values():
+            flat = torch._utils._flatten_dense_tensors([t.data for t in ts])
+            self._wait(dist.broadcast(flat, src=src, group=self.process_group, async_op=True), "broadcast from rank 0")
+            for t, v in zip(ts, torch._utils._unflatten_dense_tensors(flat, [t.data for t in ts])):
+                t.data.copy_(v)
+
+    def _build_buckets(self, plan: Plan, params: dict[str, nn.Parameter]) -> None:
+        self._slots: list[_Slot] = []
+        self._buffers: list[list[torch.Tensor]] = []  # per bucket, one flat buffer per (dtype, device)
+        for j, bucket in enumerate(plan.buckets):
+            layout: dict[tuple, int] = {}
+            sizes: list[int] = []
+            kinds: list[tuple] = []
+            for name in bucket.tensors:
+                p = params[name]
+                key = (p.dtype, p.device)
+                if key not in layout:
+                    layout[key] = len(sizes)
+                    sizes.append(0)
+                    kinds.append(key)
+                k = layout[key]
+                self._slots.append(_Slot(p, name, j, k, sizes[k], p.numel()))
+                sizes[k] += p.numel()
+            self._buffers.append([torch.zeros(n, dtype=dt, device=dev) for n, (dt, dev) in zip(sizes, kinds)])
+        self._bucket_of = [s.bucket for s in self._slots]
+        self._bucket_sizes = [sum(1 for s in self._slots if s.bucket == j) for j in range(len(plan.buckets))]
+        self._bucket_bytes = [sum(b.numel() * b.element_size() for b in bufs) for bufs in self._buffers]
+
+    # --- per step ----------------------------------------------------------------------------
+
+    def _reset_step(self) -> None:
+        self._written = [False] * len(self._slots)
+        self._pending = list(self._bucket_sizes)
+        self._next_launch = 0
+        self._works: list[list] = [[] for _ in self._buffers]
+        self._callback_queued = False
+        self._t0 = time.perf_counter()
+        self._forward_end = 0.0
+        self._ready = [float("nan")] * len(self._slots)
+        self._start = [0.0] * len(self._buffers)
+        self._end = [0.0] * len(self._buffers)
+
+    def forward(self, *args, **kwargs):
+        if not self._callback_queued:
+            self._reset_step()
+            if self.broadcast_buffers and self._sync_enabled:
+                buffers = list(self.module.buffers())
+                if buffers and self.world_size > 1:
+                    self._broadcast(buffers)
+        out = self.module(*args, **kwargs)
+        self._forward_end = time.perf_counter() - self._t0
+        return out
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Accumulate gradients locally; the next backward outside this context reduces their sum."""
+        old = self._sync_enabled
+        self._sync_enabled = False
+        try:
+            yield
+        finally:
+            self._sync_enabled = old
+
+    def _make_hook(self, i: int):
+        def hook(param: torch.Tensor) -> None:
+            if not self._sync_enabled:
+                return
+            self._on_ready(i, param)
+
+        return hook
+
+    def _on_ready(self, i: int, param: torch.Tensor) -> None:
+        if not self._callback_queued:
+            self._callback_queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._finish)
+        if self._written[i]:
+            raise CommschedError(
+                f"parameter {self._slots[i].name!r} received its gradient twice in one backward "
+                f"(reentrant checkpointing or a second backward without an optimizer step?)"
+            )
+        self._written[i] = True
+        s = self._slots[i]
+        if self.record:
+            self._ready[i] = time.perf_counter() - self._t0
+        view = self._buffers[s.bucket][s.buffer][s.offset : s.offset + s.numel]
+        torch.mul(param.grad.detach().reshape(-1), 1.0 / self.world_size, out=view)  # as DDP's reducer
+        self._pending[s.bucket] -= 1
+        self._launch_ready_buckets()
+
+    def _launch_ready_buckets(self) -> None:
+        while self._next_launch < len(self._buffers) and self._pending[self._next_launch] == 0:
+            j = self._next_launch
+            self._start[j] = time.perf_counter() - self._t0
+            for buf in self._buffers[j]:
+                work = dist.all_reduce(buf, group=self.process_group, async_op=True)
+                if self.record:
+                    work.get_future().then(lambda _f, j=j: self._mark_end(j))
+                self._works[j].append(work)
+            self._next_launch += 1
+
+    def _mark_end(self, j: int) -> None:
+        self._end[j] = time.perf_counter() - self._t0
+
+    def _finish(self) -> None:
+        """End of backward: launch what is left (unused parameters reduce zeros), wait, copy back."""
+        try:
+            unused = [i for i, w in enumerate(self._written) if not w]
+            if unused and not self.find_unused_parameters:
+                raise CommschedError(
+                    f"rank {self.rank}: parameter {self._slots[unused[0]].name!r} (and {len(unused) - 1} more) got no "
+                    f"gradient in this backward; pass find_unused_parameters=True to DataParallel"
+                )
+            used = torch.tensor(self._written, dtype=torch.int32) if self.find_unused_parameters else None
+            for i in unused:
+                s = self._slots[i]
+                self._buffers[s.bucket][s.buffer][s.offset : s.offset + s.numel].zero_()
+                self._pending[s.bucket] -= 1
+            self._launch_ready_buckets()
+            used_work = dist.all_reduce(used, group=self.process_group, async_op=True) if used is not None else None
+            for j, works in enumerate([*self._works, [used_work] if used_work else []]):
+                for w in works:
+                    self._wait(w, f"all-reduce of bucket {j}" if j < len(self._works) else "used-parameter flags")
+            for i, s in enumerate(self._slots):
+                if used is not None and int(used[i]) == 0:
+                    continue  # no rank used it: leave .grad as it was, as DDP does
+                avg = self._buffers[s.bucket][s.buffer][s.offset : s.offset + s.numel].view_as(s.param)
+                if s.param.grad is None:
+                    s.param.grad = avg.clone()
+                else:
+                    s.param.grad.copy_(avg)
+            if self.record:
+                self.records.append(
+                    StepRecord(
+                        forward_end_s=self._forward_end,
+                        ready_s=tuple(self._ready),
+                        bucket_start_s=tuple(self._start),
+                        bucket_end_s=tuple(max(e, s) for s, e in zip(self._start, self._end)),
+                        bucket_bytes=tuple(self._bucket_bytes),
+                        step_end_s=time.perf_counter() - self._t0,
+                    )
+                )
+        finally:
+            self._callback_queued = False
+
+    def _wait(self, work, what: str) -> None:
+        try:
+            work.wait(timedelta(seconds=self.timeout_s))
+        except Exception as e:  # noqa: BLE001 - every transport error means the same here
+            first = str(e).splitlines()[0] if str(e) else ""
+            raise CommschedError(
+                f"rank {self.rank}: {what} failed or timed out after at most {self.timeout_s:g} s; "
+                f"a peer rank has probably died ({type(e).__name__}: {first})"
+            ) from e
+
+    @property
+    def bucket_layout(self) -> list[list[str]]:
+        """The tensor names of each bucket, in launch order (what the all-reduces really carry)."""
+        return [[s.name for s in self._slots if s.bucket == j] for j in range(len(self._buffers))]

@@ -1,0 +1,94 @@
+"""Train the same model 20 SGD steps with stock DDP and with commsched.DataParallel; report the
+largest relative parameter difference and the all-reduces commsched really issued."""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import common
+
+MODE = sys.argv[1]  # plain | no_sync | frozen | unused | bf16 | fp16
+STEPS = 20
+STRATEGIES = ["wfbp", "synceasgd", "ddp", "ddp-small", "horovod", "horovod-legacy", "mgwfbp", "adafusion", "optimal"]
+
+
+def make(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    m = common.Net(frozen=MODE == "frozen", branch=MODE == "unused")
+    if MODE == "bf16":
+        m = m.to(torch.bfloat16)
+    if MODE == "fp16":
+        m = m.to(torch.float16)
+    return m
+
+
+def train(wrapped: nn.Module, params, rank: int) -> None:
+    opt = torch.optim.SGD(params, lr=0.05, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    dtype = next(wrapped.parameters()).dtype
+    for step in range(STEPS):
+        opt.zero_grad(set_to_none=True)
+        x, y = common.batch(rank, step)
+        x = x.to(dtype)
+        if MODE == "no_sync":
+            with wrapped.no_sync():
+                loss_fn(wrapped(x).float(), y).backward()
+            x2, y2 = common.batch(rank, step + 100)
+            loss_fn(wrapped(x2).float(), y2).backward()
+        elif MODE == "unused":
+            # the extra branch is used on rank 0 at even steps only: locally and globally unused steps
+            use = rank == 0 and step % 2 == 0
+            loss_fn(wrapped(x, use_extra=use).float(), y).backward()
+        else:
+            loss_fn(wrapped(x).float(), y).backward()
+        opt.step()
+
+
+def main() -> None:
+    from commsched.runtime.data_parallel import DataParallel
+
+    rank, world = common.init()
+    plans = common.plans_for(make(), STRATEGIES)
+    ref = make()
+    ddp = DDP(ref, find_unused_parameters=MODE == "unused")
+    train(ddp, [p for p in ref.parameters() if p.requires_grad], rank)
+
+    calls: list[int] = []
+    real = dist.all_reduce
+
+    def spy(tensor, *a, **k):
+        calls.append(tensor.numel())
+        return real(tensor, *a, **k)
+
+    dist.all_reduce = spy
+    out = {}
+    for name, plan in plans.items():
+        model = make()
+        dp = DataParallel(model, plan, find_unused_parameters=MODE == "unused")
+        calls.clear()
+        train(dp, [p for p in model.parameters() if p.requires_grad], rank)
+        per_step = len(calls) // STEPS
+        params = {n: p for n, p in model.named_parameters()}
+        expected = [sum(params[t].numel() for t in b.tensors) for b in plan.buckets]
+        if MODE == "unused":
+            expected.append(len(params))  # the used-parameter flags, one all-reduce per step
+        out[name] = {
+            "max_rel_diff": common.max_rel_diff(model, ref),
+            "layout_is_plan": dp.bucket_layout == [list(b.tensors) for b in plan.buckets],
+            "allreduce_numels_first_step": calls[:per_step],
+            "plan_numels": expected,
+            "calls": len(calls),
+            "buckets": len(expected),
+        }
+    dist.all_reduce = real
+    common.emit({"rank": rank, "results": out, "frozen_in_plan": any("conv" in t for p in plans.values() for b in p.buckets for t in b.tensors)})
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
