@@ -121,12 +121,26 @@ def cli() -> None:
 @click.option("--device", default=DEFAULT_DEVICE, show_default=True, help="GPU preset for the estimate.")
 @click.option("--image-size", type=int, default=None, help="Input resolution (default 224, 299 for inception_v3).")
 @click.option("--efficiency", type=float, default=None, help="Fraction of peak FLOP/s reached (default: calibrated).")
+@click.option("--measure", is_flag=True, help="Time real training steps on this machine instead of estimating.")
+@click.option("--iters", type=int, default=10, show_default=True, help="Timed steps with --measure.")
+@click.option("--warmup", type=int, default=3, show_default=True, help="Untimed steps with --measure.")
+@click.option("--sequential", is_flag=True, help="With --measure: synchronise the device after every gradient (MG-WFBP 5.1).")
 @click.option("--out", "out_path", required=True, help="Profile JSON to write.")
-def profile(model, batch_size, device, image_size, efficiency, out_path) -> None:
-    """Estimate a zoo model's profile: gradient tensors in ready order, bytes, backward times."""
+def profile(model, batch_size, device, image_size, efficiency, measure, iters, warmup, sequential, out_path) -> None:
+    """Profile a zoo model: gradient tensors in ready order, bytes, backward times (estimated or measured)."""
     from commsched.io import profile_to_json, write_json
 
-    p = _profiles([], [model], batch_size, device, image_size, efficiency)[model]
+    if measure:
+        _positive("--batch-size", batch_size)
+        from commsched.models.zoo import ZOO_MODELS
+
+        if model not in ZOO_MODELS:
+            raise CommschedError(f"unknown model {model!r}; choose from {', '.join(ZOO_MODELS)}")
+        from commsched.profile.measure import measure_zoo_profile
+
+        p = measure_zoo_profile(model, batch_size, image_size, warmup=warmup, iters=iters, sequential=sequential, progress=True)
+    else:
+        p = _profiles([], [model], batch_size, device, image_size, efficiency)[model]
     write_json(out_path, profile_to_json(p))
     click.echo(
         f"{p.model}: {len(p.tensors)} gradient tensors, {p.total_bytes / 2**20:.1f} MiB, "
@@ -287,6 +301,70 @@ def _print_scale_summary(rows: list[dict], workers: Sequence[int]) -> None:
     for (m, a, s), by_n in keyed.items():
         t.add_row(m, a, s, *(f"{by_n[n]:.2f}" for n in workers))
     Console(width=max(120, Console().width)).print(t)
+
+
+_PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
+
+
+@cli.command("bench-comm", context_settings=_PASS_THROUGH, add_help_option=False)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def bench_comm(args) -> None:
+    """Under torchrun: time all-reduce from 4 B to 256 MiB, fit, write a cluster file (--out; --help for all)."""
+    from commsched.runtime.bench_comm import main as bench_main
+
+    rc = bench_main(list(args))
+    if rc:
+        sys.exit(rc)
+
+
+@cli.command(context_settings=_PASS_THROUGH, add_help_option=False)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def emulate(args) -> None:
+    """Run a command with one rank per emulated node (network namespaces, tc tbf): --nodes N --rate-mbit R -- ARGS."""
+    from commsched.emulate import main as emulate_main
+
+    rc = emulate_main(list(args))
+    if rc:
+        sys.exit(rc)
+
+
+@cli.command()
+@click.option("--model", default="resnet18", show_default=True, help="Zoo model.")
+@click.option("--batch-size", default=16, show_default=True, type=int)
+@click.option("--image-size", type=int, default=None)
+@click.option("--strategy", "strategies", multiple=True, help="Strategies to run (default all).")
+@click.option("--rounds", default=5, show_default=True, type=int, help="Interleaved rounds (A B C ... A B C ...).")
+@click.option("--steps", default=4, show_default=True, type=int, help="Timed steps per strategy per round.")
+@click.option("--out", "out_dir", default="out/validate", show_default=True)
+def validate(model, batch_size, image_size, strategies, rounds, steps, out_dir) -> None:
+    """Under torchrun: profile, benchmark, predict, then train every strategy and compare with measurement."""
+    import os
+
+    from commsched.planners import planner
+
+    if "RANK" not in os.environ:
+        raise CommschedError("validate runs one process per rank: torchrun --nproc_per_node=2 -m commsched validate ...")
+    for what, v in (("--batch-size", batch_size), ("--rounds", rounds), ("--steps", steps), ("--image-size", image_size)):
+        _positive(what, v)
+    names = _split(strategies)
+    for n in names:
+        planner(n)
+    import torch
+    import torch.distributed as dist
+
+    from commsched.runtime.validate import ValidationConfig, print_report, run
+
+    cfg = ValidationConfig(model=model, batch_size=batch_size, image_size=image_size, rounds=rounds, steps=steps, out_dir=out_dir)
+    if names:
+        cfg = ValidationConfig(**{**cfg.__dict__, "strategies": tuple(names)})
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    try:
+        report = run(cfg)
+        if report is not None:
+            print_report(report)
+            click.echo(f"wrote {out_dir}/validate.json, validate.png, measured-trace.json, measured-gantt.png", err=True)
+    finally:
+        dist.destroy_process_group()
 
 
 @cli.command()

@@ -111,3 +111,37 @@ def scaling_png(rows: Sequence[dict], path: str | Path, title: str = "") -> Path
     fig.savefig(p)
     plt.close(fig)
     return p
+
+
+def validation_png(report: dict, path: str | Path) -> Path:
+    """Predicted vs measured step time per strategy (bars: measured median with min-max whiskers)."""
+    plt = _pyplot()
+    rows = sorted(report["strategies"].items(), key=lambda kv: kv[1]["measured_s"])
+    names = [k for k, _ in rows]
+    meas = [r["measured_s"] * 1e3 for _, r in rows]
+    lo = [(r["measured_s"] - r["measured_min_s"]) * 1e3 for _, r in rows]
+    hi = [(r["measured_max_s"] - r["measured_s"]) * 1e3 for _, r in rows]
+    pred = [r["iteration_s"] * 1e3 for _, r in rows]
+    raw = [r["no_contention_s"] * 1e3 for _, r in rows]
+    fig, ax = plt.subplots(figsize=(10, 4.2), dpi=120)
+    xs = range(len(names))
+    ax.bar([x - 0.2 for x in xs], meas, 0.4, yerr=[lo, hi], capsize=3, color="#3182bd", label="measured (median, min-max)")
+    ax.bar([x + 0.2 for x in xs], pred, 0.4, color="#fdae6b", label="predicted (with contention)")
+    ax.scatter([x + 0.2 for x in xs], raw, marker="_", s=200, color="#e6550d", zorder=3, label="predicted without contention")
+    stock = report["stock_ddp"]["measured_s"] * 1e3
+    ax.axhline(stock, color="gray", ls=":", label=f"stock DDP measured ({stock:.0f} ms)")
+    for x, r in zip(xs, (r for _, r in rows)):
+        ax.text(x + 0.2, r["iteration_s"] * 1e3, f"{r['error']:+.0%}", ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(list(xs), names, rotation=20, fontsize=8)
+    ax.set_ylabel("step time (ms)")
+    ax.set_title(
+        f"{report['model']} (batch {report['batch_size']}), {report['world_size']} ranks ({report['backend']}): "
+        f"predicted vs measured", fontsize=10,
+    )
+    ax.legend(fontsize=7, loc="upper left")
+    ax.grid(axis="y", alpha=0.3)
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(p, bbox_inches="tight")
+    plt.close(fig)
+    return p

@@ -1,0 +1,300 @@
+"""Validate predictions against measurement on a real process group (run under torchrun).
+
+Every rank, in lockstep:
+
+1. measures the model's profile (forward, per-tensor backward, optimizer step), all ranks at once so
+   the measurement sees the same CPU sharing as training, then averages it over ranks;
+2. benchmarks all-reduce on the process group and fits a cluster model (alpha-beta or OSF Eq. 18);
+3. measures contention: compute time with an all-reduce in flight over compute time alone, minus 1,
+   the one-number form of LIBRA's g(b, r) (:mod:`commsched.sim.contention`);
+4. plans every strategy and predicts its iteration time, with and without contention;
+5. trains with every strategy and with stock ``DistributedDataParallel``, interleaved round by round
+   (A B C ... A B C ...), each from the same weights, and takes the median step time over rounds.
+
+Rank 0 prints predicted vs measured with the error, and the measured speedup over stock DDP, and
+writes ``validate.json``, ``validate.png`` and the measured timeline of the best strategy
+(``measured-trace.json``, ``measured-gantt.png``) to the output directory.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from commsched.cost.cluster import ClusterSpec
+from commsched.errors import CommschedError
+from commsched.planners import STRATEGIES
+from commsched.planners.base import plan_and_timeline
+from commsched.sim.contention import simulate_contended
+from commsched.sim.timeline import ends_of_plan
+from commsched.types import ModelProfile, Plan, TensorSpec
+
+STOCK = "torch-ddp"
+
+
+@dataclass(frozen=True)
+class ValidationConfig:
+    model: str
+    batch_size: int
+    image_size: int | None = None
+    strategies: tuple[str, ...] = tuple(STRATEGIES)
+    rounds: int = 5
+    steps: int = 4  # timed steps per strategy per round, after one warm-up step
+    profile_iters: int = 8
+    comm_repeats: int = 7
+    lr: float = 0.01
+    out_dir: str = "out/validate"
+
+
+def _mean_profile(profiles: list[ModelProfile]) -> ModelProfile:
+    """The element-wise mean over ranks (all ranks' orders must agree)."""
+    first = profiles[0]
+    for p in profiles[1:]:
+        if p.names != first.names:
+            raise CommschedError("ranks measured different gradient ready orders; is the model the same on every rank?")
+    n = len(profiles)
+    return replace(
+        first,
+        forward_s=sum(p.forward_s for p in profiles) / n,
+        optimizer_s=sum(p.optimizer_s for p in profiles) / n,
+        tensors=tuple(
+            TensorSpec(t.name, t.bytes, sum(p.tensors[i].backward_s for p in profiles) / n)
+            for i, t in enumerate(first.tensors)
+        ),
+    )
+
+
+def _gather(obj):
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def _step_fn(model: nn.Module, wrapped: nn.Module, inputs: tuple, loss_fn, lr: float):
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=lr, momentum=0.9)
+
+    def step() -> float:
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss_fn(wrapped(*inputs)).backward()
+        opt.step()
+        return time.perf_counter() - t0
+
+    return step, opt
+
+
+def _optimizer_s(model: nn.Module, inputs: tuple, loss_fn, lr: float, iters: int) -> float:
+    """Median time of the optimizer step (SGD with momentum), on a throw-away copy of the model."""
+    m = copy.deepcopy(model)
+    opt = torch.optim.SGD(m.parameters(), lr=lr, momentum=0.9)
+    loss_fn(m(*inputs)).backward()
+    ts = []
+    for _ in range(iters + 1):
+        t0 = time.perf_counter()
+        opt.step()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts[1:])
+
+
+def _contention(model: nn.Module, inputs: tuple, loss_fn, cluster: ClusterSpec, iters: int) -> dict:
+    """Compute time of forward+backward with a long all-reduce in flight / alone - 1 (>= 0)."""
+    m = copy.deepcopy(model)
+
+    def compute() -> float:
+        t0 = time.perf_counter()
+        loss_fn(m(*inputs)).backward()
+        return time.perf_counter() - t0
+
+    compute()
+    alone = statistics.median(compute() for _ in range(iters))
+    # a message whose all-reduce outlasts the compute, so compute runs entirely under it
+    per_byte = max(cluster.allreduce.time_s(2**26) - cluster.allreduce.time_s(2**20), 1e-12) / (2**26 - 2**20)
+    nbytes = int(min(max(2.0 * alone / per_byte, 2**20), 2**28))
+    big = torch.zeros(nbytes // 4)
+    busy = []
+    for _ in range(iters):
+        dist.barrier()
+        work = dist.all_reduce(big, async_op=True)
+        busy.append(compute())
+        work.wait()
+    with_comm = statistics.median(busy)
+    return {"alone_s": alone, "with_allreduce_s": with_comm, "slowdown": max(0.0, with_comm / alone - 1), "message_bytes": nbytes}
+
+
+def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
+    """The whole validation; returns the report on rank 0 (None elsewhere)."""
+    from commsched.models.zoo import build_model, example_input, training_loss
+    from commsched.profile.measure import measure_profile
+    from commsched.runtime.bench_comm import bench_allreduce, fit_cluster
+    from commsched.runtime.data_parallel import DataParallel
+
+    if not dist.is_initialized():
+        raise CommschedError("validate runs under torchrun (or an initialised process group)")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    say = _printer(rank == 0 and progress)
+    inputs = example_input(cfg.model, cfg.batch_size, cfg.image_size)
+
+    def loss_fn(out):
+        return training_loss(cfg.model, out)
+
+    torch.manual_seed(0)
+    base = build_model(cfg.model)
+
+    say(f"1/5 measuring the profile of {cfg.model} on every rank")
+    prof = measure_profile(base, inputs, loss_fn, name=cfg.model, batch_size=cfg.batch_size, iters=cfg.profile_iters, progress=rank == 0 and progress)
+    prof = replace(prof, optimizer_s=_optimizer_s(base, inputs, loss_fn, cfg.lr, cfg.profile_iters))
+    profile = _mean_profile(_gather(prof))
+
+    say("2/5 benchmarking all-reduce")
+    max_bytes = 4 ** max(1, (profile.total_bytes * 2 - 1).bit_length() // 2 + 1)
+    samples = bench_allreduce(repeats=cfg.comm_repeats, max_bytes=min(max_bytes, 2**28), progress=rank == 0 and progress)
+    cluster, fit = fit_cluster(samples, name=f"measured-{world}x-{dist.get_backend()}")
+
+    say("3/5 measuring compute slowdown under a concurrent all-reduce")
+    contention = _contention(base, inputs, loss_fn, cluster, max(3, cfg.profile_iters // 2))
+    # every rank must plan with the same numbers: take rank 0's
+    cluster, fit, contention = _broadcast_obj((cluster, fit, contention))
+
+    say("4/5 planning and predicting every strategy")
+    plans: dict[str, Plan] = {}
+    predicted: dict[str, dict] = {}
+    for name in cfg.strategies:
+        plan, tl = plan_and_timeline(STRATEGIES[name], profile, cluster.allreduce)
+        plans[name] = plan
+        contended = simulate_contended(profile, ends_of_plan(profile, plan), cluster.allreduce, contention["slowdown"])
+        predicted[name] = {"iteration_s": contended.iteration_s, "no_contention_s": tl.iteration_s, "buckets": len(plan.buckets)}
+    ddp_layout = plans.get("ddp")
+
+    say(f"5/5 training {len(cfg.strategies)} strategies + stock DDP, {cfg.rounds} interleaved rounds")
+    variants: dict[str, tuple] = {}
+    for name, plan in plans.items():
+        m = copy.deepcopy(base)
+        dp = DataParallel(m, plan, record=True)
+        variants[name] = (_step_fn(m, dp, inputs, loss_fn, cfg.lr)[0], dp)
+    m = copy.deepcopy(base)
+    stock = nn.parallel.DistributedDataParallel(m)
+    variants[STOCK] = (_step_fn(m, stock, inputs, loss_fn, cfg.lr)[0], stock)
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    for r in range(cfg.rounds):
+        for name, (step, _) in variants.items():
+            dist.barrier()
+            step()  # warm-up
+            for _ in range(cfg.steps):
+                times[name].append(step())
+        say(f"  round {r + 1}/{cfg.rounds} done")
+    # iteration time of a synchronous step is the slowest rank's
+    all_times = _gather(times)
+    measured = {k: [max(ts[k][i] for ts in all_times) for i in range(len(times[k]))] for k in times}
+    if rank != 0:
+        return None
+
+    stock_med = statistics.median(measured[STOCK])
+    rows = {}
+    for name in cfg.strategies:
+        med = statistics.median(measured[name])
+        rows[name] = {
+            **predicted[name],
+            "measured_s": med,
+            "measured_min_s": min(measured[name]),
+            "measured_max_s": max(measured[name]),
+            "error": predicted[name]["iteration_s"] / med - 1,
+            "error_no_contention": predicted[name]["no_contention_s"] / med - 1,
+            "speedup_vs_stock_ddp": stock_med / med,
+        }
+    report = {
+        "model": cfg.model,
+        "batch_size": cfg.batch_size,
+        "image_size": cfg.image_size,
+        "world_size": world,
+        "backend": dist.get_backend(),
+        "rounds": cfg.rounds,
+        "steps_per_round": cfg.steps,
+        "profile": {"forward_s": profile.forward_s, "backward_s": profile.backward_s, "optimizer_s": profile.optimizer_s, "tensors": len(profile.tensors), "bytes": profile.total_bytes},
+        "cluster": cluster.to_json(),
+        "fit": fit,
+        "contention": contention,
+        "stock_ddp": {"measured_s": stock_med, "measured_min_s": min(measured[STOCK]), "measured_max_s": max(measured[STOCK])},
+        "strategies": rows,
+    }
+    if ddp_layout is not None:
+        report["overhead_vs_stock_ddp"] = rows["ddp"]["measured_s"] / stock_med - 1
+    best = min(rows, key=lambda k: rows[k]["measured_s"])
+    report["best_measured"] = best
+    _write(report, variants[best][1], profile, plans[best], cluster, contention["slowdown"], Path(cfg.out_dir))
+    return report
+
+
+def _broadcast_obj(obj):
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def _printer(enabled: bool):
+    from rich.console import Console
+
+    console = Console(stderr=True)
+
+    def say(msg: str) -> None:
+        if enabled:
+            console.print(msg)
+
+    return say
+
+
+def _write(report: dict, dp, profile: ModelProfile, plan: Plan, cluster: ClusterSpec, slowdown: float, out: Path) -> None:
+    from commsched.io import write_json
+    from commsched.report.plots import gantt_png, validation_png
+    from commsched.report.trace import chrome_trace
+
+    out.mkdir(parents=True, exist_ok=True)
+    rec = dp.records[-1] if dp.records else None
+    if rec is not None:
+        report["measured_breakdown"] = rec.breakdown()
+        predicted = simulate_contended(profile, ends_of_plan(profile, plan), cluster.allreduce, slowdown)
+        timelines = {f"{plan.strategy} measured": rec.timeline(), f"{plan.strategy} predicted": predicted}
+        write_json(out / "measured-trace.json", chrome_trace(timelines))
+        gantt_png(timelines, out / "measured-gantt.png", title=f"{report['model']}: measured vs predicted step ({plan.strategy})")
+    write_json(out / "validate.json", report)
+    validation_png(report, out / "validate.png")
+
+
+def print_report(report: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(
+        title=(
+            f"{report['model']} (batch {report['batch_size']}) on {report['world_size']} ranks, {report['backend']}: "
+            f"predicted vs measured step time (median of {report['rounds']} x {report['steps_per_round']}; "
+            f"compute slowdown under all-reduce {report['contention']['slowdown']:.1%})"
+        ),
+        title_justify="left",
+    )
+    for c in ("strategy", "buckets", "predicted ms", "measured ms [min, max]", "error", "error w/o contention", "speedup vs stock DDP"):
+        t.add_column(c, justify="left" if c == "strategy" else "right")
+    for name, r in sorted(report["strategies"].items(), key=lambda kv: kv[1]["measured_s"]):
+        t.add_row(
+            name,
+            str(r["buckets"]),
+            f"{r['iteration_s'] * 1e3:.1f}",
+            f"{r['measured_s'] * 1e3:.1f} [{r['measured_min_s'] * 1e3:.1f}, {r['measured_max_s'] * 1e3:.1f}]",
+            f"{r['error']:+.1%}",
+            f"{r['error_no_contention']:+.1%}",
+            f"{r['speedup_vs_stock_ddp']:.3f}x",
+        )
+    s = report["stock_ddp"]
+    t.add_row(STOCK, "-", "-", f"{s['measured_s'] * 1e3:.1f} [{s['measured_min_s'] * 1e3:.1f}, {s['measured_max_s'] * 1e3:.1f}]", "-", "-", "1.000x")
+    Console(width=160).print(t)
+    errs = [abs(r["error"]) for r in report["strategies"].values()]
+    msg = f"prediction error: median {statistics.median(errs):.1%}, worst {max(errs):.1%}"
+    if "overhead_vs_stock_ddp" in report:
+        msg += f"; commsched with DDP's buckets vs stock DDP: {report['overhead_vs_stock_ddp']:+.1%}"
+    Console(stderr=False).print(msg)
