@@ -45,3 +45,9 @@ def test_unused_parameters_match_ddp_with_find_unused():
 @pytest.mark.parametrize("mode", ["bf16", "fp16"])
 def test_half_precision_gradients_match_ddp(mode):
     _check(mode, 1e-2)
+
+
+def test_the_two_line_api(tmp_path):
+    docs = results(run_workers("two_lines.py", [str(tmp_path / "plan.json")]))
+    assert all(d["strategy"] == "optimal" and d["same_on_all_ranks"] for d in docs)
+    assert docs[0]["buckets"] == docs[1]["buckets"] >= 1

@@ -77,3 +77,55 @@ def fit_piecewise(sizes: object, times: object, threshold_bytes: int) -> FitRepo
     a1, b1 = _line(np.log2(x[small]), y[small])
     a2, b2 = _line(x[large], y[large])
     return _report(Piecewise(a1, b1, a2, b2, int(threshold_bytes)), x, y)
+
+
+def fit_piecewise_auto(sizes: object, times: object, candidates: object = None) -> FitReport:
+    """Fit OSF Eq. 18 and choose its threshold from the data: the candidate with the least squared error.
+
+    OSF (Section 4.2) sets the threshold to the link's bandwidth-delay product, a number that is
+    rarely known for a real cluster (it depends on the transport, the collective library's chunking
+    and the message pipeline depth); here it is picked from the measurements instead. Each candidate
+    threshold is fitted with :func:`fit_piecewise` (two independent least-squares lines: log2 size
+    below, size at and above) and the one whose residuals have the least sum of squares wins; ties go
+    to the smallest threshold.
+
+    ``candidates`` None means every distinct sample size that leaves at least two distinct sizes on
+    each side (below it, and at or above it). Any threshold between two neighbouring sample sizes
+    splits the samples the same way, so a sample size stands for the interval (previous size, it]:
+    the true bandwidth-delay product lies somewhere in that interval. Explicit ``candidates`` must be
+    positive whole bytes that each leave two distinct sizes on each side, else CommschedError names
+    the offending one.
+    """
+    x, y = _samples(sizes, times)
+    distinct = np.unique(x)
+    if candidates is None:
+        # distinct[k] leaves k distinct sizes below and len - k at or above it.
+        chosen = [int(t) for t in distinct[2 : len(distinct) - 1]]
+        if not chosen:
+            raise CommschedError(
+                f"fitting the piecewise model with an automatic threshold needs samples at four or more "
+                f"distinct sizes (two on each side), got {distinct.size}"
+            )
+    else:
+        chosen = []
+        for c in candidates:  # type: ignore[attr-defined]
+            if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 1:
+                raise CommschedError(f"piecewise threshold candidates must be positive whole bytes, got {c!r}")
+            below = int(np.sum(distinct < c))
+            if below < 2 or distinct.size - below < 2:
+                raise CommschedError(
+                    f"piecewise threshold candidate {int(c)} bytes leaves {below} distinct sample sizes below it "
+                    f"and {distinct.size - below} at or above; each side needs two"
+                )
+            chosen.append(int(c))
+        if not chosen:
+            raise CommschedError("no piecewise threshold candidates given")
+    best: FitReport | None = None
+    best_sse = np.inf
+    for threshold in sorted(set(chosen)):
+        report = fit_piecewise(x, y, threshold)
+        sse = float(np.sum(np.square(report.residuals_s)))
+        if sse < best_sse:  # strict: the smallest threshold wins a tie
+            best, best_sse = report, sse
+    assert best is not None  # chosen is non-empty and every fit returns or raises
+    return best

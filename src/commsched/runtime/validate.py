@@ -5,8 +5,8 @@ Every rank, in lockstep:
 1. measures the model's profile (forward, per-tensor backward, optimizer step), all ranks at once so
    the measurement sees the same CPU sharing as training, then averages it over ranks;
 2. benchmarks all-reduce on the process group and fits a cluster model (alpha-beta or OSF Eq. 18);
-3. measures contention: compute time with an all-reduce in flight over compute time alone, minus 1,
-   the one-number form of LIBRA's g(b, r) (:mod:`commsched.sim.contention`);
+3. measures contention both ways: compute slowed by an all-reduce in flight, and an all-reduce slowed
+   by compute, the simplest form of LIBRA's g(b, r) (:mod:`commsched.sim.contention`);
 4. plans every strategy and predicts its iteration time, with and without contention;
 5. trains with every strategy and with stock ``DistributedDataParallel``, interleaved round by round
    (A B C ... A B C ...), each from the same weights, and takes the median step time over rounds.
@@ -104,7 +104,13 @@ def _optimizer_s(model: nn.Module, inputs: tuple, loss_fn, lr: float, iters: int
 
 
 def _contention(model: nn.Module, inputs: tuple, loss_fn, cluster: ClusterSpec, iters: int) -> dict:
-    """Compute time of forward+backward with a long all-reduce in flight / alone - 1 (>= 0)."""
+    """The two factors of :func:`~commsched.sim.contention.simulate_contended`, measured.
+
+    compute_slowdown: forward+backward time with an all-reduce in flight throughout (a message whose
+    all-reduce outlasts the compute) over its time alone, minus 1. comm_slowdown: the time of an
+    all-reduce that runs entirely during compute (a message needing about a third of the compute
+    time) over the same all-reduce alone, minus 1. Medians over ``iters``; both clipped at 0.
+    """
     m = copy.deepcopy(model)
 
     def compute() -> float:
@@ -112,20 +118,42 @@ def _contention(model: nn.Module, inputs: tuple, loss_fn, cluster: ClusterSpec, 
         loss_fn(m(*inputs)).backward()
         return time.perf_counter() - t0
 
+    def allreduce_alone(t: torch.Tensor) -> float:
+        dist.barrier()
+        t0 = time.perf_counter()
+        dist.all_reduce(t)
+        return time.perf_counter() - t0
+
     compute()
     alone = statistics.median(compute() for _ in range(iters))
-    # a message whose all-reduce outlasts the compute, so compute runs entirely under it
     per_byte = max(cluster.allreduce.time_s(2**26) - cluster.allreduce.time_s(2**20), 1e-12) / (2**26 - 2**20)
-    nbytes = int(min(max(2.0 * alone / per_byte, 2**20), 2**28))
-    big = torch.zeros(nbytes // 4)
-    busy = []
+    long_msg = torch.zeros(int(min(max(2.0 * alone / per_byte, 2**20), 2**28)) // 4)
+    short_msg = torch.zeros(int(min(max(alone / 3 / per_byte, 2**16), 2**26)) // 4)
+    under_comm, comm_under_compute, comm_alone = [], [], []
     for _ in range(iters):
         dist.barrier()
-        work = dist.all_reduce(big, async_op=True)
-        busy.append(compute())
+        work = dist.all_reduce(long_msg, async_op=True)
+        under_comm.append(compute())
         work.wait()
-    with_comm = statistics.median(busy)
-    return {"alone_s": alone, "with_allreduce_s": with_comm, "slowdown": max(0.0, with_comm / alone - 1), "message_bytes": nbytes}
+        comm_alone.append(allreduce_alone(short_msg))
+        dist.barrier()
+        done: list[float] = []
+        t0 = time.perf_counter()
+        work = dist.all_reduce(short_msg, async_op=True)
+        work.get_future().then(lambda _f: done.append(time.perf_counter()))
+        compute()
+        work.wait()
+        comm_under_compute.append((done[0] if done else time.perf_counter()) - t0)
+    return {
+        "compute_alone_s": alone,
+        "compute_under_allreduce_s": statistics.median(under_comm),
+        "compute_slowdown": max(0.0, statistics.median(under_comm) / alone - 1),
+        "allreduce_alone_s": statistics.median(comm_alone),
+        "allreduce_under_compute_s": statistics.median(comm_under_compute),
+        "comm_slowdown": max(0.0, statistics.median(comm_under_compute) / statistics.median(comm_alone) - 1),
+        "long_message_bytes": long_msg.numel() * 4,
+        "short_message_bytes": short_msg.numel() * 4,
+    }
 
 
 def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
@@ -168,7 +196,9 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
     for name in cfg.strategies:
         plan, tl = plan_and_timeline(STRATEGIES[name], profile, cluster.allreduce)
         plans[name] = plan
-        contended = simulate_contended(profile, ends_of_plan(profile, plan), cluster.allreduce, contention["slowdown"])
+        contended = simulate_contended(
+            profile, ends_of_plan(profile, plan), cluster.allreduce, contention["compute_slowdown"], contention["comm_slowdown"]
+        )
         predicted[name] = {"iteration_s": contended.iteration_s, "no_contention_s": tl.iteration_s, "buckets": len(plan.buckets)}
     ddp_layout = plans.get("ddp")
 
@@ -227,7 +257,7 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
         report["overhead_vs_stock_ddp"] = rows["ddp"]["measured_s"] / stock_med - 1
     best = min(rows, key=lambda k: rows[k]["measured_s"])
     report["best_measured"] = best
-    _write(report, variants[best][1], profile, plans[best], cluster, contention["slowdown"], Path(cfg.out_dir))
+    _write(report, variants[best][1], profile, plans[best], cluster, contention, Path(cfg.out_dir))
     return report
 
 
@@ -249,7 +279,7 @@ def _printer(enabled: bool):
     return say
 
 
-def _write(report: dict, dp, profile: ModelProfile, plan: Plan, cluster: ClusterSpec, slowdown: float, out: Path) -> None:
+def _write(report: dict, dp, profile: ModelProfile, plan: Plan, cluster: ClusterSpec, contention: dict, out: Path) -> None:
     from commsched.io import write_json
     from commsched.report.plots import gantt_png, validation_png
     from commsched.report.trace import chrome_trace
@@ -258,7 +288,9 @@ def _write(report: dict, dp, profile: ModelProfile, plan: Plan, cluster: Cluster
     rec = dp.records[-1] if dp.records else None
     if rec is not None:
         report["measured_breakdown"] = rec.breakdown()
-        predicted = simulate_contended(profile, ends_of_plan(profile, plan), cluster.allreduce, slowdown)
+        predicted = simulate_contended(
+            profile, ends_of_plan(profile, plan), cluster.allreduce, contention["compute_slowdown"], contention["comm_slowdown"]
+        )
         timelines = {f"{plan.strategy} measured": rec.timeline(), f"{plan.strategy} predicted": predicted}
         write_json(out / "measured-trace.json", chrome_trace(timelines))
         gantt_png(timelines, out / "measured-gantt.png", title=f"{report['model']}: measured vs predicted step ({plan.strategy})")
@@ -274,7 +306,8 @@ def print_report(report: dict) -> None:
         title=(
             f"{report['model']} (batch {report['batch_size']}) on {report['world_size']} ranks, {report['backend']}: "
             f"predicted vs measured step time (median of {report['rounds']} x {report['steps_per_round']}; "
-            f"compute slowdown under all-reduce {report['contention']['slowdown']:.1%})"
+            f"contention: compute {report['contention']['compute_slowdown']:+.0%} under all-reduce, "
+            f"all-reduce {report['contention']['comm_slowdown']:+.0%} under compute)"
         ),
         title_justify="left",
     )

@@ -1,0 +1,342 @@
+"""Measured profiles: per-tensor gradient-ready times of real training steps (torch).
+
+The MG-WFBP profiler (Shi, Chu, Li; Section 5.1, "Time Measurement of Backward Propagation") times
+the backward pass per gradient tensor: a timestamp when each tensor's gradient is ready, and the
+difference between neighbouring timestamps is the backward compute that tensor waits for. Here the
+timestamps come from ``register_post_accumulate_grad_hook`` (it fires once the gradient has been
+accumulated into ``.grad``, i.e. exactly when a data-parallel runtime could start communicating it),
+and the order of the tensors is the order those hooks fire -- observed, never inferred from
+``parameters()`` (see :mod:`commsched.models.inventory`).
+
+The result is a ``commsched.profile/v1`` :class:`~commsched.types.ModelProfile` with
+``source="measured"``; the simulator reads it exactly like an estimated one.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from contextlib import contextmanager, nullcontext
+from typing import Any
+
+import torch
+from torch import nn
+
+from commsched.errors import CommschedError
+from commsched.models.inventory import sum_of_means
+from commsched.types import ModelProfile, TensorSpec
+
+__all__ = ["measure_profile", "measure_zoo_profile"]
+
+SEED = 0
+
+
+class _CpuClock:
+    """Host wall clock. CPU kernels run synchronously on the calling thread, so host time is compute time."""
+
+    def mark(self) -> float:
+        return time.perf_counter()
+
+    def finish(self) -> None:
+        pass
+
+    def seconds(self, start: float, end: float) -> float:
+        return end - start
+
+    def synchronize(self) -> None:
+        # The CPU autograd engine already runs one node at a time on one thread; nothing to wait for.
+        pass
+
+
+class _CudaClock:
+    """CUDA events on the current stream: kernels are asynchronous, so host time would measure launches.
+
+    Events are read once per iteration, after one device synchronisation (``finish``), so the
+    measurement does not serialise the backward pass unless ``sequential`` asks for it.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def mark(self) -> Any:
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(torch.cuda.current_stream(self.device))
+        return event
+
+    def finish(self) -> None:
+        torch.cuda.synchronize(self.device)
+
+    def seconds(self, start: Any, end: Any) -> float:
+        return start.elapsed_time(end) / 1e3  # elapsed_time is in milliseconds
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize(self.device)
+
+
+def _check_count(what: str, value: int, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise CommschedError(f"{what} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _infer_batch_size(example_inputs: tuple) -> int:
+    for x in example_inputs:
+        if isinstance(x, torch.Tensor) and x.dim() > 0:
+            return int(x.shape[0])
+    raise CommschedError("example_inputs holds no tensor with a batch dimension; pass batch_size")
+
+
+def _device_of(params: list[tuple[str, nn.Parameter]]) -> torch.device:
+    devices = {p.device for _, p in params}
+    if len(devices) != 1:
+        # One clock per measurement: events of different GPUs (or GPU and host) cannot be subtracted.
+        raise CommschedError(
+            f"measure_profile needs all trainable parameters on one device, got {sorted(map(str, devices))}"
+        )
+    return devices.pop()
+
+
+def measure_profile(
+    module: nn.Module,
+    example_inputs: tuple,
+    loss_fn: Callable[[object], torch.Tensor] | None = None,
+    *,
+    name: str = "model",
+    batch_size: int | None = None,
+    warmup: int = 3,
+    iters: int = 10,
+    sequential: bool = False,
+    progress: bool = False,
+    device_label: str | None = None,
+) -> ModelProfile:
+    """Measure ``module``'s forward time and per-tensor backward times over real training steps.
+
+    Runs ``warmup`` un-timed then ``iters`` timed steps of forward, ``loss_fn(output)`` (default
+    :func:`~commsched.models.inventory.sum_of_means`) and backward on ``example_inputs``, with the
+    module in training mode and every ``.grad`` set to None before each step. There is no optimizer
+    step, so parameters never change; afterwards the per-module train/eval flags, the buffers
+    (BatchNorm running statistics) and the parameters' previous ``.grad`` are restored, and the
+    caller's global RNG state is left as it was (dropout draws from a forked RNG).
+
+    Clocks: ``time.perf_counter()`` when the parameters are on the CPU; when they are on a CUDA
+    device, ``torch.cuda.Event(enable_timing=True)`` recorded at forward start, after the loss and in
+    every hook, read after one ``torch.cuda.synchronize`` at the end of each iteration.
+
+    Per tensor i (in ready order), with ready_{-1} the start of backward (just before
+    ``loss.backward()``, the same instant as the end of the loss):
+
+    - ``forward_s`` = median over iterations of (loss computed - forward start);
+    - ``backward_s[i]`` = median over iterations of (ready_i - ready_{i-1}), clipped at 0 (CUDA events
+      recorded on different streams need not be ordered).
+
+    These are medians of the per-tensor deltas, so ``sum(backward_s)`` is not the median backward
+    time (a sum of medians is not the median of sums); it is robust to one slow iteration hitting a
+    few tensors, which is what a per-tensor schedule needs.
+
+    ``sequential=True`` is MG-WFBP Section 5.1's mode: every hook synchronises the device before its
+    timestamp, so kernels of different tensors cannot overlap on CUDA streams and each delta is the
+    compute of that tensor alone (at the price of slowing the backward pass). On the CPU it changes
+    nothing: the CPU autograd engine already runs one node at a time on one thread.
+
+    The order of the tensors is the order their hooks fired in the first timed iteration; every other
+    timed iteration must fire them in the same order, else CommschedError names the first tensor
+    that differs. Parameters that never receive a gradient (unused branches) are left out, as are
+    frozen ones (``requires_grad=False``) and empty ones (no bytes to communicate); tied parameters
+    appear once, under their first ``named_parameters`` name. Optimizer time is not measured
+    (``optimizer_s`` is 0).
+
+    ``batch_size`` defaults to the first dimension of the first tensor input; ``device_label`` (the
+    profile's ``device`` field) defaults to the CUDA device name or ``"cpu"``. ``progress=True``
+    shows a rich progress bar on stderr.
+    """
+    if not isinstance(module, nn.Module):
+        raise CommschedError(f"measure_profile needs a torch.nn.Module, got {type(module).__name__}")
+    if not isinstance(example_inputs, tuple):
+        raise CommschedError(
+            f"example_inputs must be a tuple of positional inputs, got {type(example_inputs).__name__}"
+        )
+    _check_count("warmup", warmup, 0)
+    _check_count("iters", iters, 1)
+    if batch_size is None:
+        batch_size = _infer_batch_size(example_inputs)
+    _check_count("batch_size", batch_size, 1)
+    loss_fn = sum_of_means if loss_fn is None else loss_fn
+
+    # named_parameters() already drops repeats of shared (tied) parameters, keeping the first name.
+    params = [(n, p) for n, p in module.named_parameters() if p.requires_grad and p.numel() > 0]
+    if not params:
+        raise CommschedError(f"model {name!r} has no trainable parameters")
+    device = _device_of(params)
+    is_cuda = device.type == "cuda"
+    clock: _CpuClock | _CudaClock = _CudaClock(device) if is_cuda else _CpuClock()
+    if device_label is None:
+        device_label = torch.cuda.get_device_name(device) if is_cuda else "cpu"
+
+    modules = list(module.modules())
+    saved_modes = [(m, m.training) for m in modules]
+    saved_buffers = [(b, b.detach().clone()) for b in module.buffers()]
+    saved_grads = [(p, p.grad) for _, p in params]
+
+    log: list[tuple[int, Any]] = []  # (parameter index, clock mark) in hook order, this iteration
+
+    def make_hook(index: int) -> Callable[[torch.Tensor], None]:
+        def hook(_param: torch.Tensor) -> None:
+            if sequential:
+                clock.synchronize()
+            log.append((index, clock.mark()))
+
+        return hook
+
+    forward_samples: list[float] = []
+    orders: list[tuple[int, ...]] = []
+    ready_samples: list[list[float]] = []  # per timed iteration, ready time of each tensor after backward start
+
+    handles = []
+    bar = _progress_bar(progress, f"measuring {name}", warmup + iters)
+    # fork_rng takes CUDA device indices; on the CPU only the CPU generator is forked.
+    rng_devices = [device.index if device.index is not None else torch.cuda.current_device()] if is_cuda else []
+    try:
+        with torch.random.fork_rng(devices=rng_devices), bar as advance:
+            torch.manual_seed(SEED)
+            for i, (_, p) in enumerate(params):
+                handles.append(p.register_post_accumulate_grad_hook(make_hook(i)))
+            module.train()
+            for step in range(warmup + iters):
+                for _, p in params:
+                    p.grad = None
+                log.clear()
+                with torch.enable_grad():
+                    start = clock.mark()
+                    loss = loss_fn(module(*example_inputs))
+                    if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.requires_grad:
+                        raise CommschedError(
+                            f"loss_fn must return a scalar tensor that requires grad for {name!r}, "
+                            f"got {type(loss).__name__}"
+                            + (f" of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else "")
+                        )
+                    # The loss is computed: the forward ends and the backward starts at this one mark.
+                    backward_start = clock.mark()
+                    loss.backward()
+                del loss
+                clock.finish()
+                if step >= warmup:
+                    forward_samples.append(clock.seconds(start, backward_start))
+                    # Hooks fire once per parameter per backward; keep the first firing should one repeat.
+                    first: dict[int, Any] = {}
+                    for index, mark in log:
+                        first.setdefault(index, mark)
+                    orders.append(tuple(first))
+                    ready_samples.append([clock.seconds(backward_start, m) for m in first.values()])
+                advance()
+    finally:
+        log.clear()
+        for h in handles:
+            h.remove()
+        for p, g in saved_grads:
+            p.grad = g
+        with torch.no_grad():
+            for b, value in saved_buffers:
+                b.copy_(value)
+        for m, mode in saved_modes:
+            m.training = mode
+
+    names = [n for n, _ in params]
+    order = _check_orders(orders, names, name)
+    tensors = []
+    for pos, index in enumerate(order):
+        deltas = [
+            max(ready[pos] - (ready[pos - 1] if pos else 0.0), 0.0)
+            for ready in ready_samples
+        ]
+        p = params[index][1]
+        tensors.append(TensorSpec(names[index], p.numel() * p.element_size(), statistics.median(deltas)))
+    return ModelProfile(
+        model=name,
+        batch_size=batch_size,
+        device=device_label,
+        source="measured",
+        forward_s=max(statistics.median(forward_samples), 0.0),
+        tensors=tuple(tensors),
+        optimizer_s=0.0,
+    )
+
+
+def _check_orders(orders: list[tuple[int, ...]], names: list[str], model: str) -> tuple[int, ...]:
+    """The first timed iteration's hook order, after checking every other timed iteration matches it."""
+    reference = orders[0]
+    if not reference:
+        raise CommschedError(f"no parameter of {model!r} received a gradient in the backward pass")
+    for k, order in enumerate(orders[1:], start=2):
+        if order == reference:
+            continue
+        pos = next(
+            (i for i, (a, b) in enumerate(zip(reference, order)) if a != b), min(len(reference), len(order))
+        )
+        was = names[reference[pos]] if pos < len(reference) else None
+        now = names[order[pos]] if pos < len(order) else None
+        tensor = was if was is not None else now
+        raise CommschedError(
+            f"gradient-ready order of {model!r} changed between timed iterations at tensor {tensor!r}: "
+            f"position {pos} held {was!r} in iteration 1 and {now!r} in iteration {k} "
+            f"(the model's backward graph must be the same every step)"
+        )
+    return reference
+
+
+def _progress_bar(enabled: bool, description: str, total: int):
+    """A context manager yielding ``advance()``: a rich bar on stderr when enabled, else a no-op."""
+    if not enabled:
+        return nullcontext(lambda: None)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    @contextmanager
+    def bar():
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        ) as prog:
+            task = prog.add_task(description, total=total)
+            yield lambda: prog.advance(task)
+
+    return bar()
+
+
+def measure_zoo_profile(
+    name: str,
+    batch_size: int,
+    image_size: int | None = None,
+    *,
+    warmup: int = 3,
+    iters: int = 10,
+    sequential: bool = False,
+    progress: bool = False,
+) -> ModelProfile:
+    """Measured profile of zoo model ``name`` on the CPU at ``batch_size`` samples.
+
+    The model is built with weights from ``torch.manual_seed(0)`` (under a forked RNG, so the caller's
+    global state is untouched), fed :func:`~commsched.models.zoo.example_input` and trained on
+    :func:`~commsched.models.zoo.training_loss`; see :func:`measure_profile` for what is timed.
+    """
+    from commsched.models.zoo import build_model, example_input, training_loss
+
+    inputs = example_input(name, batch_size, image_size)  # validates name, batch and image size first
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(SEED)
+        model = build_model(name)
+    return measure_profile(
+        model,
+        inputs,
+        lambda out: training_loss(name, out),
+        name=name,
+        batch_size=batch_size,
+        warmup=warmup,
+        iters=iters,
+        sequential=sequential,
+        progress=progress,
+    )

@@ -1,0 +1,466 @@
+"""Measure the all-reduce of a real process group and fit a cluster cost model to it (torch.distributed).
+
+Run it under torchrun, one process per worker::
+
+    torchrun --nproc_per_node=2 -m commsched.runtime.bench_comm --out cluster.json [--samples samples.json]
+             [--max-mb 64] [--repeats 11] [--warmup 3]
+
+Each size is timed as MG-WFBP Section 6.2 (Fig. 4) measures its clusters: all-reduces of one message
+of M bytes, repeated, and T(M) = a + b M fitted to the results (MG-WFBP Eq. 10); OSF Eq. 18's
+piecewise model is fitted as well and the better of the two goes into the ``commsched.cluster/v1``
+file, with both fits and the raw samples beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from commsched.cost.cluster import ClusterSpec
+from commsched.cost.fit import FitReport, fit_alpha_beta, fit_piecewise_auto
+from commsched.cost.models import AlphaBeta, cost_model_from_json
+from commsched.errors import CommschedError
+from commsched.io import write_json
+
+__all__ = ["CommSamples", "bench_allreduce", "default_sizes", "fit_cluster", "main"]
+
+MIB = 1 << 20
+DEFAULT_MAX_BYTES = 256 * MIB
+# Below this, all-reduces are latency-bound and cost next to nothing to time, so sizes are dense
+# (powers of two) where the piecewise model's threshold (a link's bandwidth-delay product, tens of
+# KB to about a MB) is to be found; above it time grows with size, so powers of four keep the run short.
+DENSE_UNTIL_BYTES = 1 * MIB
+FIT_CRITERION = "max_abs_rel_error"
+
+
+@dataclass(frozen=True)
+class CommSamples:
+    """All-reduce times of one process group, one entry per message size (seconds, bytes).
+
+    ``median_s`` is the slowest rank's median over the timed repeats (each rank's median, then the
+    maximum over ranks: a collective ends for everyone only when it ends for the last rank);
+    ``min_s`` and ``max_s`` are the fastest and slowest single repeat on any rank, for the spread.
+    """
+
+    backend: str
+    world_size: int
+    sizes_bytes: tuple[int, ...]
+    median_s: tuple[float, ...]
+    min_s: tuple[float, ...]
+    max_s: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.backend, str) or not self.backend:
+            raise CommschedError(f"comm samples backend must be a non-empty string, got {self.backend!r}")
+        if isinstance(self.world_size, bool) or not isinstance(self.world_size, int) or self.world_size < 1:
+            raise CommschedError(f"comm samples world_size must be a positive integer, got {self.world_size!r}")
+        for what in ("sizes_bytes", "median_s", "min_s", "max_s"):
+            object.__setattr__(self, what, tuple(getattr(self, what)))
+        n = len(self.sizes_bytes)
+        lengths = {what: len(getattr(self, what)) for what in ("median_s", "min_s", "max_s")}
+        if n == 0 or any(v != n for v in lengths.values()):
+            raise CommschedError(f"comm samples need one time per size, got {n} sizes and {lengths}")
+        for s in self.sizes_bytes:
+            if isinstance(s, bool) or not isinstance(s, int) or s <= 0:
+                raise CommschedError(f"comm sample sizes must be positive whole bytes, got {s!r}")
+        if any(b <= a for a, b in zip(self.sizes_bytes, self.sizes_bytes[1:])):
+            raise CommschedError(f"comm sample sizes must be strictly increasing, got {list(self.sizes_bytes)}")
+        for what in ("median_s", "min_s", "max_s"):
+            for size, t in zip(self.sizes_bytes, getattr(self, what)):
+                if isinstance(t, bool) or not isinstance(t, (int, float)) or not t >= 0 or t == float("inf"):
+                    raise CommschedError(f"comm sample {what} at {size} bytes must be finite seconds >= 0, got {t!r}")
+        object.__setattr__(self, "median_s", tuple(float(t) for t in self.median_s))
+        object.__setattr__(self, "min_s", tuple(float(t) for t in self.min_s))
+        object.__setattr__(self, "max_s", tuple(float(t) for t in self.max_s))
+
+    def to_json(self) -> dict:
+        return {
+            "backend": self.backend,
+            "world_size": self.world_size,
+            "sizes_bytes": list(self.sizes_bytes),
+            "median_s": list(self.median_s),
+            "min_s": list(self.min_s),
+            "max_s": list(self.max_s),
+        }
+
+    @classmethod
+    def from_json(cls, doc: object) -> CommSamples:
+        if not isinstance(doc, dict):
+            raise CommschedError(f"comm samples must be a JSON object, got {type(doc).__name__}")
+        missing = [k for k in ("backend", "world_size", "sizes_bytes", "median_s", "min_s", "max_s") if k not in doc]
+        if missing:
+            raise CommschedError(f"comm samples lack field(s) {', '.join(missing)}")
+        for k in ("sizes_bytes", "median_s", "min_s", "max_s"):
+            if not isinstance(doc[k], list):
+                raise CommschedError(f"comm samples field {k!r} must be a list, got {type(doc[k]).__name__}")
+        return cls(
+            backend=doc["backend"],
+            world_size=doc["world_size"],
+            sizes_bytes=tuple(doc["sizes_bytes"]),
+            median_s=tuple(doc["median_s"]),
+            min_s=tuple(doc["min_s"]),
+            max_s=tuple(doc["max_s"]),
+        )
+
+
+def default_sizes(max_bytes: int = DEFAULT_MAX_BYTES, min_bytes: int = 4) -> tuple[int, ...]:
+    """Message sizes from ``min_bytes`` to ``max_bytes``, log-spaced.
+
+    Powers of two from ``min_bytes`` (itself a power of two) up to 1 MiB, then powers of four
+    (4, 16, 64, 256 MiB); ``max_bytes`` itself ends the list when it is not on that grid. With the
+    defaults: 4 B, 8 B, ..., 1 MiB, 4 MiB, 16 MiB, 64 MiB, 256 MiB (23 sizes).
+    """
+    if isinstance(min_bytes, bool) or not isinstance(min_bytes, int) or min_bytes < 1 or min_bytes & (min_bytes - 1):
+        raise CommschedError(f"min_bytes must be a positive power of two, got {min_bytes!r}")
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < min_bytes:
+        raise CommschedError(f"max_bytes must be a whole number of bytes >= {min_bytes}, got {max_bytes!r}")
+    sizes = []
+    s = min_bytes
+    while s <= max_bytes:
+        sizes.append(s)
+        s *= 2 if s < DENSE_UNTIL_BYTES else 4
+    last = max_bytes - max_bytes % min_bytes  # whole elements of the widest dtype the caller allows
+    if last > sizes[-1]:
+        sizes.append(last)
+    return tuple(sizes)
+
+
+def _check_count(what: str, value: int, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise CommschedError(f"{what} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _human_bytes(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            value = n / scale
+            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.2f} {unit}"
+    return f"{n} B"
+
+
+@contextmanager
+def _size_progress(enabled: bool, sizes: Sequence[int]) -> Iterator[Callable[[int], None]]:
+    """Yield ``show(size)``, called before each size is timed: a rich bar on stderr, or a no-op."""
+    if not enabled:
+        yield lambda _size: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as prog:
+        task = prog.add_task("all-reduce", total=len(sizes))
+        started = [False]
+
+        def show(size: int) -> None:
+            if started[0]:
+                prog.advance(task)
+            started[0] = True
+            prog.update(task, description=f"all-reduce {_human_bytes(size):>9}")
+
+        yield show
+        prog.advance(task)
+
+
+def _bench_device(backend: str) -> torch.device:
+    """NCCL reduces CUDA tensors only; every other backend (gloo, mpi) is timed on host tensors."""
+    if "nccl" in backend:
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def bench_allreduce(
+    sizes_bytes: Sequence[int] | None = None,
+    *,
+    warmup: int = 3,
+    repeats: int = 11,
+    dtype: torch.dtype = torch.float32,
+    group: object = None,
+    progress: bool = True,
+    max_bytes: int | None = None,
+) -> CommSamples:
+    """Time ``dist.all_reduce`` (SUM) of one message per size in the current process group.
+
+    Must be called by every rank of ``group`` (default: the world) after ``init_process_group``,
+    with any backend. ``sizes_bytes`` default: :func:`default_sizes` up to ``max_bytes`` (default
+    256 MiB; lower it on a slow link); given sizes are sorted, deduplicated and must be whole
+    multiples of ``dtype``'s element size. Giving both is an error.
+
+    For each size a tensor of zeros lives on the backend's device (CUDA for NCCL, else the CPU);
+    ``warmup`` un-timed all-reduces set up connections and buffers, then ``repeats`` timed ones each
+    start after a ``dist.barrier`` so the ranks start together. Times are host ``perf_counter``
+    intervals; on CUDA the device is synchronised before and after each all-reduce, so they are the
+    all-reduce's completion time as the training loop would see it. Each rank takes the median of its
+    repeats; then three all-reduces (MAX of medians, MIN and MAX of single repeats) combine the ranks,
+    so every rank returns the same :class:`CommSamples`. ``progress`` shows a rich bar on stderr of
+    global rank 0 only.
+    """
+    if not dist.is_available() or not dist.is_initialized():
+        raise CommschedError(
+            "bench_allreduce needs an initialized torch.distributed process group "
+            "(call dist.init_process_group first, e.g. under torchrun)"
+        )
+    _check_count("warmup", warmup, 0)
+    _check_count("repeats", repeats, 1)
+    if not isinstance(dtype, torch.dtype):
+        raise CommschedError(f"dtype must be a torch.dtype, got {dtype!r}")
+    element_bytes = torch.empty((), dtype=dtype).element_size()
+    if sizes_bytes is None:
+        sizes = default_sizes(
+            DEFAULT_MAX_BYTES if max_bytes is None else max_bytes, min_bytes=max(4, element_bytes)
+        )
+    else:
+        if max_bytes is not None:
+            raise CommschedError("give sizes_bytes or max_bytes, not both")
+        for s in sizes_bytes:
+            if isinstance(s, bool) or not isinstance(s, int) or s <= 0 or s % element_bytes:
+                raise CommschedError(
+                    f"all-reduce sizes must be positive whole multiples of {element_bytes} bytes "
+                    f"({str(dtype).removeprefix('torch.')} elements), got {s!r}"
+                )
+        sizes = tuple(sorted(set(sizes_bytes)))
+        if not sizes:
+            raise CommschedError("no all-reduce sizes given")
+
+    backend = str(dist.get_backend(group))
+    world_size = dist.get_world_size(group)
+    device = _bench_device(backend)
+    on_cuda = device.type == "cuda"
+
+    def sync() -> None:
+        if on_cuda:
+            torch.cuda.synchronize(device)
+
+    medians: list[float] = []
+    lows: list[float] = []
+    highs: list[float] = []
+    with _size_progress(progress and dist.get_rank() == 0, sizes) as show:
+        for size in sizes:
+            show(size)
+            buf = torch.zeros(size // element_bytes, dtype=dtype, device=device)
+            for _ in range(warmup):
+                dist.all_reduce(buf, group=group)
+            sync()
+            times = []
+            for _ in range(repeats):
+                dist.barrier(group=group)
+                sync()
+                start = time.perf_counter()
+                dist.all_reduce(buf, group=group)
+                sync()
+                times.append(time.perf_counter() - start)
+            del buf
+            medians.append(statistics.median(times))
+            lows.append(min(times))
+            highs.append(max(times))
+
+    combined = []
+    for values, op in ((medians, dist.ReduceOp.MAX), (lows, dist.ReduceOp.MIN), (highs, dist.ReduceOp.MAX)):
+        t = torch.tensor(values, dtype=torch.float64, device=device)
+        dist.all_reduce(t, op=op, group=group)
+        combined.append(tuple(float(v) for v in t.cpu().tolist()))
+    return CommSamples(
+        backend=backend,
+        world_size=world_size,
+        sizes_bytes=tuple(sizes),
+        median_s=combined[0],
+        min_s=combined[1],
+        max_s=combined[2],
+    )
+
+
+def _fit_json(report: FitReport) -> dict:
+    return {"allreduce": report.model.to_json(), "nondecreasing": report.model.nondecreasing, **report.to_json()}
+
+
+def fit_cluster(samples: CommSamples, name: str = "measured") -> tuple[ClusterSpec, dict]:
+    """A cluster from measured all-reduce times: the better of alpha-beta and piecewise, and both fits.
+
+    Fits the medians with :func:`~commsched.cost.fit.fit_alpha_beta` (MG-WFBP Eq. 10) and
+    :func:`~commsched.cost.fit.fit_piecewise_auto` (OSF Eq. 18, threshold picked from the samples)
+    and keeps the one with the smaller worst relative error (``max_abs_rel_error``), alpha-beta on a
+    tie, when there are too few sizes for the piecewise fit, or when the piecewise fit predicts a
+    time <= 0 at a measured size (its two free lines can dip below zero). The relative error, not the RMSE,
+    decides because the samples span many orders of magnitude: RMSE is dominated by the largest
+    messages, so a model could be several times off for every small message and still win on it,
+    while buckets range from a few bytes to hundreds of megabytes and each one's all-reduce counts.
+
+    The cluster has ``workers = samples.world_size`` (a fitted model is fixed to that count) and a
+    ``source`` naming the measurement. The report holds the criterion, the choice, the sizes and
+    both fits' parameters, RMSE, worst relative error and residuals (predicted - measured).
+    """
+    if not isinstance(samples, CommSamples):
+        raise CommschedError(f"fit_cluster needs CommSamples, got {type(samples).__name__}")
+    sizes, times = samples.sizes_bytes, samples.median_s
+    if any(t <= 0 for t in times):
+        raise CommschedError(f"measured all-reduce medians must be > 0 seconds to fit, got {list(times)}")
+    alpha_beta = fit_alpha_beta(sizes, times)
+    report: dict = {
+        "criterion": FIT_CRITERION,
+        "sizes_bytes": list(sizes),
+        "alpha_beta": _fit_json(alpha_beta),
+    }
+    chosen, chosen_name = alpha_beta, "alpha_beta"
+    try:
+        piecewise = fit_piecewise_auto(sizes, times)
+    except CommschedError as e:
+        report["piecewise"] = {"error": str(e)}
+    else:
+        report["piecewise"] = _fit_json(piecewise)
+        # Two free lines can dip below zero at the small end; a cost model must never predict a
+        # negative time, whatever its error elsewhere (alpha-beta's a and b are clipped at 0).
+        positive = bool((piecewise.model.times_s(np.asarray(sizes)) > 0).all())
+        report["piecewise"]["positive_at_samples"] = positive
+        if positive and piecewise.max_abs_rel_error < alpha_beta.max_abs_rel_error:
+            chosen, chosen_name = piecewise, "piecewise"
+    report["chosen"] = chosen_name
+    cluster = ClusterSpec(
+        name=name,
+        workers=samples.world_size,
+        allreduce=chosen.model,
+        source=(
+            f"measured by commsched.runtime.bench_comm: all_reduce on {samples.backend} with "
+            f"{samples.world_size} ranks, {len(sizes)} sizes from {_human_bytes(sizes[0])} to "
+            f"{_human_bytes(sizes[-1])}, slowest rank's median; {chosen_name} fit chosen by "
+            f"{FIT_CRITERION} ({chosen.max_abs_rel_error:.1%})"
+        ),
+    )
+    return cluster, report
+
+
+def _summary(samples: CommSamples, cluster: ClusterSpec, report: dict) -> str:
+    """A plain-text table: measured times next to both fits, then the fitted parameters."""
+    ab = cost_model_from_json(report["alpha_beta"]["allreduce"], samples.world_size)
+    assert isinstance(ab, AlphaBeta)
+    pw_json = report.get("piecewise", {})
+    pw = cost_model_from_json(pw_json["allreduce"], samples.world_size) if "allreduce" in pw_json else None
+    lines = [
+        f"all-reduce on {samples.backend}, {samples.world_size} ranks (ms; median = slowest rank's median)",
+        f"{'size':>10} {'median':>10} {'min':>10} {'max':>10} {'alpha-beta':>11} {'piecewise':>10}",
+    ]
+    for size, med, lo, hi in zip(samples.sizes_bytes, samples.median_s, samples.min_s, samples.max_s):
+        pw_ms = f"{pw.time_s(size) * 1e3:10.4f}" if pw is not None else f"{'-':>10}"
+        lines.append(
+            f"{_human_bytes(size):>10} {med * 1e3:10.4f} {lo * 1e3:10.4f} {hi * 1e3:10.4f} "
+            f"{ab.time_s(size) * 1e3:11.4f} {pw_ms}"
+        )
+    a = report["alpha_beta"]
+    bandwidth = 1 / ab.beta_s_per_byte / 1e9 if ab.beta_s_per_byte > 0 else float("inf")
+    lines.append(
+        f"alpha-beta: alpha={ab.alpha_s:.3e} s, beta={ab.beta_s_per_byte:.3e} s/B ({bandwidth:.2f} GB/s), "
+        f"max rel error {a['max_abs_rel_error']:.1%}"
+    )
+    if pw is not None:
+        p = pw_json["allreduce"]
+        lines.append(
+            f"piecewise:  threshold={_human_bytes(p['threshold_bytes'])}, a1={p['a1_s']:.3e} s, b1={p['b1_s']:.3e} s, "
+            f"a2={p['a2_s_per_byte']:.3e} s/B, b2={p['b2_s']:.3e} s, max rel error {pw_json['max_abs_rel_error']:.1%}"
+        )
+    else:
+        lines.append(f"piecewise:  not fitted ({pw_json.get('error', 'unknown reason')})")
+    lines.append(f"chosen: {report['chosen']} (by {report['criterion']})")
+    return "\n".join(lines)
+
+
+_TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="torchrun --nproc_per_node=N -m commsched.runtime.bench_comm",
+        description="Time all-reduce over a range of message sizes and write a commsched.cluster/v1 file.",
+    )
+    p.add_argument("--out", required=True, help="cluster JSON to write (with the fit report and samples)")
+    p.add_argument("--samples", help="also write the raw samples to this JSON file")
+    p.add_argument("--max-mb", type=float, default=DEFAULT_MAX_BYTES / MIB, help="largest message, MiB (default 256)")
+    p.add_argument("--repeats", type=int, default=11, help="timed all-reduces per size (default 11)")
+    p.add_argument("--warmup", type=int, default=3, help="un-timed all-reduces per size (default 3)")
+    p.add_argument("--name", default="measured", help="cluster name (default 'measured')")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point under torchrun; returns the exit code (0, or 2 with one line on stderr for a CommschedError).
+
+    Initialises the process group from torchrun's environment (NCCL when CUDA is available, else
+    gloo), runs :func:`bench_allreduce` on every rank, and on rank 0 fits, writes ``--out`` (the
+    cluster document plus ``"fit"`` and ``"samples"`` keys, which the cluster schema allows),
+    optionally ``--samples``, and prints a summary table. The process group is destroyed at the end.
+    """
+    args = _parser().parse_args(argv)
+    try:
+        max_bytes = _check_args(args)
+    except CommschedError as e:
+        # Every rank sees the same arguments: one line from rank 0 (or a lone process) is enough.
+        if os.environ.get("RANK", "0") == "0":
+            print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        return _run(args, max_bytes)
+    except CommschedError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _check_args(args: argparse.Namespace) -> int:
+    """Validate the arguments and the torchrun environment; the largest message in bytes."""
+    if not args.max_mb > 0:
+        raise CommschedError(f"--max-mb must be > 0, got {args.max_mb!r}")
+    max_bytes = int(args.max_mb * MIB)
+    if max_bytes < 4:
+        raise CommschedError(f"--max-mb {args.max_mb!r} is below one 4-byte element")
+    _check_count("--repeats", args.repeats, 1)
+    _check_count("--warmup", args.warmup, 0)
+    missing = [k for k in _TORCHRUN_ENV if k not in os.environ]
+    if missing:
+        raise CommschedError(
+            f"no process group environment ({', '.join(missing)} unset); run under torchrun, e.g. "
+            f"torchrun --nproc_per_node=2 -m commsched.runtime.bench_comm --out cluster.json"
+        )
+    return max_bytes
+
+
+def _run(args: argparse.Namespace, max_bytes: int) -> int:
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group(backend=backend)
+    try:
+        samples = bench_allreduce(
+            max_bytes=max_bytes, warmup=args.warmup, repeats=args.repeats, progress=not args.no_progress
+        )
+        if dist.get_rank() == 0:
+            cluster, report = fit_cluster(samples, name=args.name)
+            doc = cluster.to_json()
+            doc["fit"] = report
+            doc["samples"] = samples.to_json()
+            write_json(args.out, doc)
+            if args.samples:
+                write_json(args.samples, samples.to_json())
+            print(_summary(samples, cluster, report))
+            print(f"wrote {args.out}" + (f" and {args.samples}" if args.samples else ""))
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
