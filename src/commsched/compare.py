@@ -24,14 +24,13 @@ class Comparison:
     profile: ModelProfile
     cluster: ClusterSpec
     results: dict[str, StrategyResult]
-    ddp_default_iteration_s: float
 
     @property
     def best(self) -> str:
         """The fastest strategy; among ties (within 1e-9 relative), the one with the fewest buckets,
         since each all-reduce costs a launch the model does not see; then the one listed first."""
         fastest = min(r.timeline.iteration_s for r in self.results.values())
-        tied = [k for k, r in self.results.items() if r.timeline.iteration_s <= fastest * (1 + 1e-9)]
+        tied = [k for k, r in self.results.items() if r.timeline.iteration_s <= fastest + 1e-9 * abs(fastest)]
         return min(tied, key=lambda k: len(self.results[k].plan.buckets))
 
 
@@ -49,4 +48,4 @@ def compare(profile: ModelProfile, cluster: ClusterSpec, planners: Sequence[Plan
             scaling_factor=(profile.compute_s + profile.optimizer_s) / timeline.iteration_s,
             speedup_vs_ddp=t_ddp / timeline.iteration_s,
         )
-    return Comparison(profile, cluster, results, t_ddp)
+    return Comparison(profile, cluster, results)

@@ -19,7 +19,9 @@ PLAN_SCHEMA = "commsched.plan/v1"
 def read_json(path: str | Path) -> object:
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise CommschedError(f"{p}: not UTF-8 text (byte {e.start}); expected a JSON file") from None
     except FileNotFoundError:
         raise CommschedError(f"{p}: no such file") from None
     except IsADirectoryError:
@@ -30,6 +32,8 @@ def read_json(path: str | Path) -> object:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise CommschedError(f"{p}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    except RecursionError:
+        raise CommschedError(f"{p}: JSON nested too deeply") from None
 
 
 def write_json(path: str | Path, doc: object) -> Path:
@@ -92,31 +96,33 @@ def profile_from_json(doc: object, where: str = "profile") -> ModelProfile:
             source=doc.get("source", "measured"),  # type: ignore[arg-type]
             forward_s=float(_field(doc, "forward_s", (int, float), where)),  # type: ignore[arg-type]
             tensors=tuple(tensors),
-            optimizer_s=float(doc.get("optimizer_s", 0.0)),
+            optimizer_s=float(_field(doc, "optimizer_s", (int, float), where)) if "optimizer_s" in doc else 0.0,  # type: ignore[arg-type]
         )
     except CommschedError as e:
+        if str(e).startswith(where):
+            raise
         raise CommschedError(f"{where}: {e}") from None
 
 
-def load_profile(path: str | Path) -> ModelProfile:
+def _in_file(path: str | Path, parse):
+    """Parse a file's JSON, naming the file in any error exactly once."""
     try:
-        return profile_from_json(read_json(path), where=str(path))
+        return parse(read_json(path))
     except CommschedError as e:
         if str(e).startswith(str(path)):
             raise
         raise CommschedError(f"{path}: {e}") from None
+
+
+def load_profile(path: str | Path) -> ModelProfile:
+    return _in_file(path, lambda doc: profile_from_json(doc, where=str(path)))
 
 
 # --- cluster -------------------------------------------------------------------------------------
 
 
 def load_cluster(path: str | Path) -> ClusterSpec:
-    try:
-        return cluster_from_json(read_json(path))
-    except CommschedError as e:
-        if str(e).startswith(str(path)):
-            raise
-        raise CommschedError(f"{path}: {e}") from None
+    return _in_file(path, cluster_from_json)
 
 
 # --- plan ----------------------------------------------------------------------------------------
@@ -160,25 +166,27 @@ def plan_from_json(doc: object, where: str = "plan") -> Plan:
     pred = doc.get("predicted")
     prediction = None
     if isinstance(pred, dict):
+        w = f"{where}: predicted"
+
+        def opt(key: str) -> float:
+            return float(_field(pred, key, (int, float), w)) if key in pred else 0.0  # type: ignore[arg-type]
+
         prediction = Prediction(
-            iteration_s=float(pred["iteration_s"]),
-            compute_s=float(pred.get("compute_s", 0.0)),
-            comm_s=float(pred.get("comm_s", 0.0)),
-            non_overlapped_comm_s=float(pred.get("non_overlapped_comm_s", 0.0)),
+            iteration_s=float(_field(pred, "iteration_s", (int, float), w)),  # type: ignore[arg-type]
+            compute_s=opt("compute_s"),
+            comm_s=opt("comm_s"),
+            non_overlapped_comm_s=opt("non_overlapped_comm_s"),
         )
+    elif pred is not None:
+        raise CommschedError(f"{where}: 'predicted' must be an object or null")
     return Plan(
         strategy=str(_field(doc, "strategy", str, where)),
         model=str(doc.get("model", "")),
         buckets=tuple(buckets),
         predicted=prediction,
-        params=dict(doc.get("params", {})),
+        params=doc["params"] if isinstance(doc.get("params"), dict) else {},
     )
 
 
 def load_plan(path: str | Path) -> Plan:
-    try:
-        return plan_from_json(read_json(path), where=str(path))
-    except CommschedError as e:
-        if str(e).startswith(str(path)):
-            raise
-        raise CommschedError(f"{path}: {e}") from None
+    return _in_file(path, lambda doc: plan_from_json(doc, where=str(path)))

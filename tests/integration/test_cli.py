@@ -77,6 +77,45 @@ def test_scale_writes_csv_and_png(tmp_path):
     assert (tmp_path / "scale.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_bare_command_prints_help():
+    r = run()
+    assert r.returncode == 0 and "Usage" in r.stdout and "plan" in r.stdout
+
+
+def test_strategy_options_change_the_plans():
+    def plans(*extra):
+        r = run("plan", "--profile", PROFILE, "--cluster", CLUSTER, "--json", *extra)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)["strategies"]
+
+    base = plans()
+    small = plans("--bucket-mb", "0.5", "--horovod-threshold-mb", "0", "--horovod-cycle-ms", "3")
+    # 512 KiB caps, the first too: [fc.bias, fc.weight] [layer2.conv.weight] [the remaining 187,648 B]
+    assert len(base["ddp"]["buckets"]) == 2 and len(small["ddp"]["buckets"]) == 3
+    assert small["ddp"]["params"]["cap_bytes"] == small["ddp"]["params"]["first_bucket_bytes"] == 2**19
+    assert small["horovod"]["params"] == {"threshold_bytes": 0, "cycle_s": 0.003}
+    assert all(len(b["tensors"]) == 1 for b in small["horovod"]["buckets"])  # threshold 0: nothing fuses
+
+
+def test_scale_csv_values(tmp_path):
+    """synceasgd's scaling factor is compute / (compute + T(all bytes)) with T the ring at N workers."""
+    from commsched.cost.cluster import preset
+    from commsched.io import load_profile
+
+    r = run("scale", "--profile", PROFILE, "--cluster", "k80-10gbe", "--workers", "2,4", "--strategy", "synceasgd", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    import csv
+
+    rows = list(csv.DictReader((tmp_path / "scale.csv").open()))
+    prof = load_profile(PROFILE)
+    for row in rows:
+        n = int(row["workers"])
+        t = prof.compute_s + preset("k80-10gbe").with_workers(n).allreduce.time_s(prof.total_bytes)
+        assert float(row["iteration_s"]) == pytest.approx(t, rel=1e-12)
+        assert float(row["scaling_factor"]) == pytest.approx(prof.compute_s / t, rel=1e-12)
+        assert float(row["speedup"]) == pytest.approx(n * prof.compute_s / t, rel=1e-12)
+
+
 def bad_profile(tmp_path: Path, mutate) -> str:
     doc = json.loads(Path(PROFILE).read_text())
     mutate(doc)
@@ -125,6 +164,27 @@ ERRORS = {
     "bad worker series": (lambda t: ["scale", "--profile", PROFILE, "--workers", "4,8,...,100"], "not in the series"),
     "wrong schema": (lambda t: ["plan", "--profile", CLUSTER], "schema"),
     "unknown option": (lambda t: ["plan", "--frobnicate"], "frobnicate"),
+    "infinite cycle": (lambda t: ["plan", "--profile", PROFILE, "--horovod-cycle-ms", "inf"], "--horovod-cycle-ms"),
+    "infinite bucket": (lambda t: ["plan", "--profile", PROFILE, "--bucket-mb", "inf"], "--bucket-mb"),
+    "nan threshold": (lambda t: ["plan", "--profile", PROFILE, "--horovod-threshold-mb", "nan"], "--horovod-threshold-mb"),
+    "null gamma": (
+        lambda t: (
+            t.joinpath("c.json").write_text(json.dumps({"schema": "commsched.cluster/v1", "workers": 8, "allreduce": {"model": "ring", "link_alpha_s": 1e-5, "link_beta_s_per_byte": 1e-9, "gamma_s_per_byte": None}})),
+            ["plan", "--profile", PROFILE, "--cluster", str(t / "c.json")],
+        )[1],
+        "gamma_s_per_byte",
+    ),
+    "bad table point": (
+        lambda t: (
+            t.joinpath("c.json").write_text(json.dumps({"schema": "commsched.cluster/v1", "workers": 8, "allreduce": {"model": "table", "points": [[4, 1e-5], [None, 2e-5]]}})),
+            ["plan", "--profile", PROFILE, "--cluster", str(t / "c.json")],
+        )[1],
+        "table sizes",
+    ),
+    "optimizer null": (lambda t: ["plan", "--profile", bad_profile(t, _set(["optimizer_s"], None))], "optimizer_s"),
+    "not utf-8": (lambda t: (t.joinpath("b.json").write_bytes(b"\xff\xfe{"), ["plan", "--profile", str(t / "b.json")])[1], "UTF-8"),
+    "unwritable out": (lambda t: (t.joinpath("f").write_text("x"), ["plan", "--profile", PROFILE, "--out", str(t / "f")])[1], "commsched: error"),
+    "fitted cluster in scale": (lambda t: ["scale", "--profile", PROFILE, "--cluster", CLUSTER, "--workers", "16,32"], "cannot be rescaled"),
 }
 
 

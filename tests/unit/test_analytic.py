@@ -55,3 +55,31 @@ def test_osf_fusion_wait_is_the_next_layers_backward():
     cost = AlphaBeta(0.1, 0.0)
     assert sim_iter("wfbp", p, cost) == pytest.approx(3.1)
     assert osf_fusion_iteration_s(p, cost, 0, math.inf) == pytest.approx(3.2)
+
+
+def _three():
+    from commsched.cost.models import AlphaBeta
+    from commsched.types import ModelProfile, TensorSpec
+
+    # ready at 2, 3, 4 s; every all-reduce takes 0.5 s
+    p = ModelProfile("m", 1, "d", "estimated", 1.0, tuple(TensorSpec(f"t{i}", 10, 1.0) for i in range(3)))
+    return p, AlphaBeta(0.5, 0.0)
+
+
+def test_osf_fusion_finite_buffer_hand_worked():
+    # Q = 20 B holds two tensors: [t0, t1] is sent when t2 is ready and does not fit (4 s), ends 4.5 s;
+    # t2 follows, 5.0 s. The planned bucketing [t0, t1], [t2] ends at 4.5 s: the online buffer waited 1 s.
+    p, cost = _three()
+    assert osf_fusion_iteration_s(p, cost, 20, math.inf) == pytest.approx(5.0)
+    from commsched.sim.timeline import simulate
+
+    assert simulate(p, (2, 3), cost).iteration_s == pytest.approx(4.5)
+
+
+def test_osf_fusion_timeout_hand_worked():
+    # timeout 0.5 s < every next backward (1 s): each tensor waits 0.5 s, then goes alone:
+    # 2.5-3.0, 3.5-4.0, then the last without a wait 4.0-4.5.
+    p, cost = _three()
+    assert osf_fusion_iteration_s(p, cost, math.inf, 0.5) == pytest.approx(4.5)
+    # a timeout longer than every wait changes nothing against an unbounded buffer
+    assert osf_fusion_iteration_s(p, cost, math.inf, 5.0) == pytest.approx(osf_fusion_iteration_s(p, cost, math.inf, math.inf))

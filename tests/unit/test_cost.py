@@ -84,7 +84,13 @@ def test_osf_eq7():
     d = 1e8
     expected = 2 * (n - 1) / (bw * n) * d + (n - 1) / (n * pi * s) * d + delta
     assert m.time_s(d) == pytest.approx(expected, rel=1e-12)
-    assert preset("osf-2080ti-25gbe").workers == 32
+    # the OSF preset is Eq. 7 written as ring links, so it rescales with N
+    osf = preset("osf-2080ti-25gbe")
+    assert osf.workers == 32
+    rtt = 45e3 / bw
+    for workers in (4, 32, 256):
+        eq7 = osf_ring_cost(workers, bw, 2 * (workers - 1) * rtt, 13.45e12, 4)
+        assert osf.with_workers(workers).allreduce.time_s(10**7) == pytest.approx(eq7.time_s(10**7), rel=1e-12)
 
 
 def test_piecewise_eq18_branches_and_monotonicity():

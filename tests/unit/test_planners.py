@@ -85,8 +85,8 @@ def mgwfbp_literal(profile, cost):
         return tauc
 
     tauc = comm_start()
+    a = cost.alpha_s  # line 11 compares with the all-reduce startup a of Eq. 10
     for l in range(L, 1, -1):
-        a = cost.time_s(p[l]) + cost.time_s(p[l - 1]) - cost.time_s(p[l] + p[l - 1])  # Eq. 17
         if taub[l - 1] + tb[l - 1] - tauc[l] < a:
             tc[l] = 0.0
             p[l - 1] += p[l]
@@ -124,10 +124,17 @@ def test_horovod_fuses_what_is_ready_at_each_cycle():
 
 
 def test_horovod_threshold_splits_a_cycle_and_a_busy_loop_delays_the_next_tick():
-    p = prof([(60, 0.0), (60, 0.0), (60, 0.0), (10, 1.5e-3)])
+    p = prof([(60, 0.0), (60, 0.0), (60, 0.0), (10, 1.5e-3), (10, 1.5e-3)], forward_s=1.0)
     plan = make_plan(Horovod(threshold_bytes=100, cycle_s=1e-3), p, AlphaBeta(2e-3, 0.0))
-    # tick 0: three 60 B tensors -> three buffers (each 6 ms of all-reduce); next tick at 6 ms
-    assert sizes(plan) == [1, 1, 1, 1]
+    # tick at 1.000 s: three 60 B tensors, three buffers of 2 ms each, so the loop is busy until
+    # 1.006 s and the next tick is then (not at 1.001 s); by then t3 (1.0015) and t4 (1.003) are ready
+    assert sizes(plan) == [1, 1, 1, 2]
+
+
+def test_horovod_fuses_up_to_exactly_the_threshold():
+    p = prof([(40, 0.0), (60, 0.0), (1, 0.0)], forward_s=1.0)
+    plan = make_plan(Horovod(threshold_bytes=100, cycle_s=1e-3), p, AlphaBeta(1e-4, 0.0))
+    assert sizes(plan) == [2, 1]  # 40 + 60 = 100 fits; one more byte does not
     legacy = STRATEGIES["horovod-legacy"]
     assert legacy.threshold_bytes == 64 * MIB and legacy.cycle_s == 5e-3
 

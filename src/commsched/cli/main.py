@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,12 +28,17 @@ def _err_console():
 
 
 def _split(values: Sequence[str]) -> list[str]:
-    return [v.strip() for item in values for v in item.split(",") if v.strip()]
+    """Comma-separated or repeated values, duplicates dropped (first occurrence kept)."""
+    out: list[str] = []
+    for v in (v.strip() for item in values for v in item.split(",")):
+        if v and v not in out:
+            out.append(v)
+    return out
 
 
 def _positive(what: str, value: float | None) -> None:
-    if value is not None and not value > 0:
-        raise CommschedError(f"{what} must be > 0, got {value!r}")
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise CommschedError(f"{what} must be a finite number > 0, got {value!r}")
 
 
 # --- inputs ------------------------------------------------------------------------------------
@@ -63,17 +69,17 @@ def _profiles(
     out = {}
     for path in profile_paths:
         p = load_profile(path)
-        out[p.model if p.model not in out else path] = p
+        out[p.model if p.model not in out else f"{p.model} ({path})"] = p
     for m in models:
-        out[m] = _zoo_profile(m, batch_size, device, image_size, efficiency)
+        out[m if m not in out else f"{m} (zoo)"] = _zoo_profile(m, batch_size, device, image_size, efficiency)
     return out
 
 
 def _cluster(spec: str, workers: int | None, algorithm: str | None):
-    from commsched.cost.cluster import preset
+    from commsched.cost.cluster import PRESETS, preset
     from commsched.io import load_cluster
 
-    c = load_cluster(spec) if (spec.endswith(".json") or Path(spec).exists()) else preset(spec)
+    c = PRESETS[spec] if spec in PRESETS else load_cluster(spec) if (spec.endswith(".json") or Path(spec).is_file()) else preset(spec)
     if algorithm:
         c = c.with_algorithm(algorithm)
     if workers is not None:
@@ -86,17 +92,17 @@ def _planners(names: Sequence[str], bucket_mb: float | None, hvd_threshold_mb: f
     from dataclasses import replace
 
     from commsched.planners import DDP, STRATEGIES, Horovod, planner
-    from commsched.planners.ddp import MIB
+    from commsched.planners.ddp import MIB, ddp_with_cap
 
     _positive("--bucket-mb", bucket_mb)
     _positive("--horovod-cycle-ms", hvd_cycle_ms)
-    if hvd_threshold_mb is not None and hvd_threshold_mb < 0:
-        raise CommschedError(f"--horovod-threshold-mb must be >= 0, got {hvd_threshold_mb!r}")
+    if hvd_threshold_mb is not None and not (math.isfinite(hvd_threshold_mb) and hvd_threshold_mb >= 0):
+        raise CommschedError(f"--horovod-threshold-mb must be a finite number >= 0, got {hvd_threshold_mb!r}")
     chosen = [planner(n) for n in (_split(names) or list(STRATEGIES))]
     out = []
     for p in chosen:
         if isinstance(p, DDP) and bucket_mb is not None:
-            p = replace(p, cap_bytes=int(bucket_mb * MIB))
+            p = replace(ddp_with_cap(bucket_mb), name=p.name)
         if isinstance(p, Horovod):
             if hvd_threshold_mb is not None:
                 p = replace(p, threshold_bytes=int(hvd_threshold_mb * MIB))
@@ -267,9 +273,10 @@ def scale(
     workers = expand_workers(workers_spec)
     algos = _split(algorithms)
     cluster = _cluster(cluster_spec, None, None)
-    for a in algos:
-        cluster.with_algorithm(a)  # fail early on an unknown algorithm or a fitted-only cluster
-    cluster.with_workers(workers[0])
+    for a in algos or [None]:  # fail before any work on an unknown algorithm or a fitted-only cluster
+        c = cluster.with_algorithm(a) if a else cluster
+        for n in workers:
+            c.with_workers(n)
     planners = _planners(strategies, bucket_mb, horovod_threshold_mb, horovod_cycle_ms)
     device = device or cluster.device or DEFAULT_DEVICE
     profiles = _profiles(profile_paths, _split(models) or ([] if profile_paths else [DEFAULT_MODEL]), batch_size, device, image_size, efficiency)
@@ -387,10 +394,19 @@ def presets() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args = list(argv) if argv is not None else sys.argv[1:]
+    if not args:
+        args = ["--help"]
     try:
-        cli.main(args=list(argv) if argv is not None else None, prog_name="commsched", standalone_mode=False)
+        cli.main(args=args, prog_name="commsched", standalone_mode=False)
     except CommschedError as e:
         click.echo(f"commsched: error: {e}", err=True)
+        return 2
+    except BrokenPipeError:  # stdout closed early (| head): nothing left to say
+        return 0
+    except OSError as e:  # an output path that cannot be written, a full disk, ...
+        where = f" {e.filename}" if e.filename else ""
+        click.echo(f"commsched: error:{where}: {e.strerror or e}", err=True)
         return 2
     except click.exceptions.Abort:
         click.echo("commsched: aborted", err=True)
@@ -398,8 +414,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except click.ClickException as e:
         click.echo(f"commsched: error: {e.format_message()}", err=True)
         return 2
-    except BrokenPipeError:
-        return 0
     return 0
 
 

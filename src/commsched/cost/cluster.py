@@ -10,7 +10,6 @@ from commsched.cost.models import (
     CostModel,
     LinkParams,
     cost_model_from_json,
-    osf_ring_cost,
 )
 from commsched.errors import CommschedError
 
@@ -107,17 +106,18 @@ PRESETS: dict[str, ClusterSpec] = {
         "v100-56gbib", 2.36e-4, 4.06e-10, "Fig. 4c, cluster 3", "16 Tesla V100 PCIe on 4 nodes, 56Gb InfiniBand", "V100"
     ),
     # OSF testbed (OSF Section 3.1): 32 RTX 2080 Ti, 4 machines, 25 Gbit/s, NCCL ring; BDP 45 KB (Section 4.2).
-    # The paper gives no delta; it is taken as one RTT (BDP / bandwidth = 14.4 us) per ring step,
-    # 2(N-1) steps. pi = 13.45 TFLOP/s FP32 (RTX 2080 Ti reference boost, NVIDIA Turing whitepaper).
+    # OSF Eq. 7 is the ring row of Table II with link beta = 1/bandwidth and gamma = 1/(pi s), so it is
+    # stored as ring links and rescales with N. The paper gives no delta; it is taken as one RTT
+    # (BDP / bandwidth = 14.4 us) per ring step, i.e. link alpha = RTT and delta = 2(N-1) RTT.
+    # pi = 13.45 TFLOP/s FP32 (RTX 2080 Ti reference boost, NVIDIA Turing whitepaper), s = 4 bytes.
     "osf-2080ti-25gbe": ClusterSpec(
         name="osf-2080ti-25gbe",
         workers=32,
         device="RTX2080Ti",
-        allreduce=osf_ring_cost(
-            workers=32,
-            bandwidth_bytes_per_s=25 * GBIT,
-            delta_s=2 * 31 * (45e3 / (25 * GBIT)),
-            peak_flops=13.45e12,
+        allreduce=AlgorithmCost(
+            "ring",
+            LinkParams(alpha_s=45e3 / (25 * GBIT), beta_s_per_byte=1 / (25 * GBIT), gamma_s_per_byte=1 / (13.45e12 * 4)),
+            32,
         ),
         source=(
             "OSF (Liu et al., WWW'22) Eq. 7 on its testbed (Section 3.1: 32 RTX 2080 Ti, 25 Gbit/s, ring); "

@@ -10,6 +10,7 @@ Pure Python + numpy. Every model is a frozen dataclass with
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
@@ -199,7 +200,8 @@ def osf_ring_cost(
 class Piecewise:
     """OSF Eq. 18: a1*log2(D) + b1 below the threshold (slow start), a2*D + b2 at and above it.
 
-    The threshold is the bandwidth-delay product of the link (OSF Section 4.2).
+    The threshold is the bandwidth-delay product of the link (OSF Section 4.2). Times are clipped at
+    0 s, since two independently fitted lines can dip below zero.
     """
 
     a1_s: float
@@ -225,13 +227,15 @@ class Piecewise:
 
     def time_s(self, nbytes: int) -> float:
         if nbytes < self.threshold_bytes:
-            return self.a1_s * math.log2(max(nbytes, 1)) + self.b1_s
-        return self.a2_s_per_byte * nbytes + self.b2_s
+            t = self.a1_s * math.log2(max(nbytes, 1)) + self.b1_s
+        else:
+            t = self.a2_s_per_byte * nbytes + self.b2_s
+        return t if t > 0.0 else 0.0  # a fitted line may dip below zero; no all-reduce takes < 0 s
 
     def times_s(self, nbytes: np.ndarray) -> np.ndarray:
         d = np.asarray(nbytes, dtype=np.float64)
         small = self.a1_s * np.log2(np.maximum(d, 1.0)) + self.b1_s
-        return np.where(d < self.threshold_bytes, small, self.a2_s_per_byte * d + self.b2_s)
+        return np.maximum(np.where(d < self.threshold_bytes, small, self.a2_s_per_byte * d + self.b2_s), 0.0)
 
     def to_json(self) -> dict:
         return {
@@ -283,7 +287,12 @@ class Table:
         return np.maximum(out, 0.0)
 
     def time_s(self, nbytes: int) -> float:
-        return float(self.times_s(np.asarray([nbytes]))[0])
+        """The same interpolation as times_s for one size, without numpy (planners call it often)."""
+        xs, ys = self.bytes, self.seconds
+        k = min(max(bisect.bisect_right(xs, nbytes), 1), len(xs) - 1)  # segment [k-1, k], end ones extended
+        x0, x1, y0, y1 = xs[k - 1], xs[k], ys[k - 1], ys[k]
+        t = y0 + (y1 - y0) * (nbytes - x0) / (x1 - x0)
+        return t if t > 0.0 else 0.0
 
     def to_json(self) -> dict:
         return {"model": "table", "points": [[b, s] for b, s in zip(self.bytes, self.seconds)]}
@@ -306,8 +315,8 @@ def cost_model_from_json(obj: object, workers: int) -> CostModel:
     if kind == "alpha_beta":
         return AlphaBeta(num("alpha_s"), num("beta_s_per_byte"))
     if kind in ALGORITHMS:
-        link = LinkParams(num("link_alpha_s"), num("link_beta_s_per_byte"), float(obj.get("gamma_s_per_byte", 0.0)))
-        return AlgorithmCost(kind, link, workers)
+        gamma = num("gamma_s_per_byte") if "gamma_s_per_byte" in obj else 0.0
+        return AlgorithmCost(kind, LinkParams(num("link_alpha_s"), num("link_beta_s_per_byte"), gamma), workers)
     if kind == "piecewise":
         th = obj.get("threshold_bytes")
         if isinstance(th, float) and th.is_integer():
@@ -317,6 +326,11 @@ def cost_model_from_json(obj: object, workers: int) -> CostModel:
         pts = obj.get("points")
         if not isinstance(pts, list) or not all(isinstance(p, list) and len(p) == 2 for p in pts):
             raise CommschedError("table allreduce model needs 'points': [[bytes, seconds], ...]")
-        return Table(tuple(int(p[0]) for p in pts), tuple(float(p[1]) for p in pts))
+        for b, s in pts:
+            if isinstance(b, bool) or not isinstance(b, int):
+                raise CommschedError(f"table sizes must be whole bytes, got {b!r}")
+            if isinstance(s, bool) or not isinstance(s, (int, float)):
+                raise CommschedError(f"table times must be numbers of seconds, got {s!r}")
+        return Table(tuple(p[0] for p in pts), tuple(float(p[1]) for p in pts))
     known = ", ".join(("alpha_beta", *ALGORITHMS, "piecewise", "table"))
     raise CommschedError(f"unknown allreduce model {kind!r}; choose from {known}")

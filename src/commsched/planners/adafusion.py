@@ -5,9 +5,11 @@ Tensors are taken in ready order into a fusion buffer of B bytes. Tensor i joins
 
     t_update(B + D_i) + t_wait_i < t_update(B) + t_update(D_i),
 
-otherwise the buffer is sent and tensor i starts a new one. t_wait_i is the time the buffer waits
-for tensor i: the backward compute between the buffer's last tensor and tensor i (its
-``backward_s``). t_update is the cluster's cost model; the paper uses its piecewise model (Eq. 18),
+otherwise the buffer is sent and tensor i starts a new one. t_wait_i is read as the time the buffer
+waits for tensor i: the backward compute between the buffer's last tensor and tensor i (its
+``backward_s``, the paper's t_backward^(i)). This departs from the letter of Eq. 14, which defines
+t_wait^(i) as layer i's wait for the *next* layer (t_backward^(i-1)); taken literally, the decision
+to fuse layer i would hinge on the compute of a layer it is not fused with. t_update is the cluster's cost model; the paper uses its piecewise model (Eq. 18),
 which is what a cluster with a ``piecewise`` all-reduce model gives.
 """
 

@@ -3,13 +3,16 @@
 DDP assigns gradients to buckets in the order they become ready (it rebuilds its buckets in that
 order after the first iteration), closing a bucket as soon as its size reaches the limit: the first
 bucket's limit is ``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES`` (1 MiB), every later one
-``bucket_cap_mb`` (default 25, in MiB). This mirrors ``_compute_bucket_assignment_by_size`` in
+``bucket_cap_mb`` (default 25, in MiB). Given ``bucket_cap_mb`` explicitly, torch 2.14 uses it for the
+first bucket too (``BucketCapacityConfig`` in ``torch/nn/parallel/distributed.py``), and so does
+:func:`ddp_with_cap`. This mirrors ``_compute_bucket_assignment_by_size`` in
 ``torch/csrc/distributed/c10d/reducer.cpp`` for one dtype on one device; a test checks it against
 that function.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from commsched.cost.models import CostModel
@@ -42,3 +45,11 @@ class DDP:
         if not ends or ends[-1] != len(profile.tensors):
             ends.append(len(profile.tensors))
         return tuple(ends)
+
+
+def ddp_with_cap(bucket_mb: float) -> DDP:
+    """DDP(bucket_cap_mb=X) as torch 2.14 builds it: every bucket, the first included, capped at X MiB."""
+    if not (isinstance(bucket_mb, (int, float)) and math.isfinite(bucket_mb) and bucket_mb > 0):
+        raise CommschedError(f"bucket cap must be a finite number > 0 of MiB, got {bucket_mb!r}")
+    cap = max(1, int(bucket_mb * MIB))
+    return DDP(cap_bytes=cap, first_bucket_bytes=cap)

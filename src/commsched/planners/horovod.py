@@ -30,8 +30,8 @@ class Horovod:
     def __post_init__(self) -> None:
         if not isinstance(self.threshold_bytes, int) or self.threshold_bytes < 0:
             raise CommschedError(f"horovod threshold_bytes must be >= 0 bytes, got {self.threshold_bytes!r}")
-        if not (self.cycle_s > 0):
-            raise CommschedError(f"horovod cycle_s must be > 0 seconds, got {self.cycle_s!r}")
+        if not (isinstance(self.cycle_s, (int, float)) and math.isfinite(self.cycle_s) and self.cycle_s > 0):
+            raise CommschedError(f"horovod cycle_s must be a finite number > 0 of seconds, got {self.cycle_s!r}")
 
     def ends(self, profile: ModelProfile, cost: CostModel) -> tuple[int, ...]:
         ready = profile.ready_s
@@ -48,6 +48,7 @@ class Horovod:
             j = i
             while j < n and ready[j] <= tick:
                 j += 1
+            assert j > i, "a tick at or after the next ready time takes at least that tensor"
             busy = 0.0
             size = 0
             for k in range(i, j):

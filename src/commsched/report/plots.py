@@ -30,11 +30,13 @@ def gantt_png(timelines: dict[str, Timeline], path: str | Path, title: str = "")
     scale, unit = 1e3, "ms"
     for row, (label, tl) in enumerate(reversed(list(timelines.items()))):
         base = row * 3
+        n_comm = 0
         for s in tl.spans:
             y = base + (1 if s.kind != "allreduce" else 0)
             color = _COLORS.get(s.kind)
             if s.kind == "allreduce":
-                color = _COMM[tl.allreduces.index(s) % 2]
+                color = _COMM[n_comm % 2]
+                n_comm += 1
             ax.broken_barh([(s.start_s * scale, max(s.duration_s, 0.0) * scale)], (y + 0.1, 0.8), facecolors=color, edgecolor="none")
         ax.text(tl.iteration_s * scale, base + 0.5, f"  {tl.iteration_s * scale:.1f} {unit}", va="center", fontsize=8)
         yticks += [base + 0.5, base + 1.5]
@@ -58,12 +60,6 @@ def gantt_png(timelines: dict[str, Timeline], path: str | Path, title: str = "")
     return p
 
 
-def matplotlib_ticker():
-    import matplotlib.ticker
-
-    return matplotlib.ticker
-
-
 def scaling_png(rows: Sequence[dict], path: str | Path, title: str = "") -> Path:
     """Scaling factor and speedup against worker count, one line per (model, strategy, algorithm).
 
@@ -71,6 +67,8 @@ def scaling_png(rows: Sequence[dict], path: str | Path, title: str = "") -> Path
     workers, scaling_factor, speedup).
     """
     plt = _pyplot()
+    from matplotlib.ticker import ScalarFormatter
+
     series: dict[tuple, list[dict]] = {}
     for r in rows:
         series.setdefault((r["model"], r["strategy"], r["algorithm"]), []).append(r)
@@ -100,7 +98,7 @@ def scaling_png(rows: Sequence[dict], path: str | Path, title: str = "") -> Path
             ax.grid(alpha=0.3, which="both")
             ax.set_title(f"{model}", fontsize=10)
         ax_sp.set_yscale("log", base=2)
-        ax_sp.yaxis.set_major_formatter(matplotlib_ticker().ScalarFormatter())
+        ax_sp.yaxis.set_major_formatter(ScalarFormatter())
         ax_sf.set_ylim(0, 1.05)
         ax_sf.legend(fontsize=7, ncol=2)
     if title:

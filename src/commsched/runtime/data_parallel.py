@@ -12,8 +12,9 @@
   the plan's order (a bucket complete before its predecessor waits for it), because every rank must
   issue collectives in the same order;
 - at the end of backward (an autograd engine callback, as DDP uses) all all-reduces are awaited, with
-  a timeout, and the averaged gradients are copied back into ``param.grad``; the optimizer step that
-  follows sees world-averaged gradients.
+  a timeout, and ``param.grad`` becomes the averaged gradient: a view into the bucket when the
+  gradient was None (``zero_grad(set_to_none=True)``, the default) or already that view, a copy
+  otherwise. The optimizer step that follows sees world-averaged gradients.
 
 Also handled: ``no_sync()`` for gradient accumulation (gradients accumulate locally and the next
 synchronised backward reduces the sum, as with DDP); frozen parameters (not in the plan, never
@@ -341,10 +342,13 @@ class DataParallel(nn.Module):
                 if used is not None and int(used[i]) == 0:
                     continue  # no rank used it: leave .grad as it was, as DDP does
                 avg = self._buffers[s.bucket][s.buffer][s.offset : s.offset + s.numel].view_as(s.param)
-                if s.param.grad is None:
-                    s.param.grad = avg.clone()
+                grad = s.param.grad
+                if grad is None or grad.data_ptr() == avg.data_ptr():
+                    # the gradient becomes a view of the bucket (as DDP's gradient_as_bucket_view):
+                    # no copy back; a later in-place accumulation lands in the bucket, where it belongs
+                    s.param.grad = avg
                 else:
-                    s.param.grad.copy_(avg)
+                    grad.copy_(avg)
             if self.record:
                 self.records.append(
                     StepRecord(

@@ -13,14 +13,16 @@ Where these formulas and the simulator differ, and why:
 - OSF under fusion (Eq. 11-16) models an *online* fusion buffer: when the next layer does not fit,
   the scheduler learns it only when that layer is ready, so the buffer waits t_backward of the next
   layer (Eq. 14) before it is sent. The simulator executes a *planned* bucketing, where a bucket
-  starts as soon as its last tensor is ready, so for the same buckets OSF_fusion is never higher and
-  is lower by exactly those waits (a test checks both cases).
+  starts as soon as its last tensor is ready, so for the same buckets OSF_fusion's iteration time is
+  never lower than the simulator's, and its scaling factor never higher (tests check a hand-worked
+  case where the iteration is longer by exactly that wait).
 - Eq. 12-14 are read with one consistent index: after layer i is buffered, it is sent if i = 1, if
   the wait for layer i-1 reaches the timeout, or if layer i-1 does not fit (Eq. 13 prints
   t_backward^(i) where Eq. 12 and 14 use layer i-1). t_update(0) = 0: no all-reduce is issued for an
   empty transfer (Eq. 7 would charge delta for it).
 - T_comp is the profile's forward + backward time; for an estimated profile this is 3 T_forward
-  (Eq. 4-5) by construction, for a measured one it is what was measured.
+  (Eq. 4-5) by construction, for a measured one it is what was measured. The paper's model has no
+  optimizer step, so ``optimizer_s`` is left out here (the simulator adds it after the last all-reduce).
 """
 
 from __future__ import annotations
