@@ -30,10 +30,11 @@ EXPECTED_TENSORS = {
     "mobilenet_v2": 158,
     "vit_b_16": 152,
     "bert_base": 152,
+    "bert_small": 56,  # 4 layers x 12 tensors + 2 embeddings + LayerNorm 2 + pooler 2 + classifier 2
 }
 # Smallest sizes that keep the test fast; vit_b_16's position embedding fixes 224, inception_v3's
 # auxiliary head needs its 17x17 grid (299), bert_base takes token ids.
-IMAGE_SIZE = {"vit_b_16": 224, "inception_v3": 299, "bert_base": None}
+IMAGE_SIZE = {"vit_b_16": 224, "inception_v3": 299, "bert_base": None, "bert_small": None}
 
 
 def _inventory(name: str, batch: int = 2, image_size: int | None = 64):

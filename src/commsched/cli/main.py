@@ -310,29 +310,29 @@ def _print_scale_summary(rows: list[dict], workers: Sequence[int]) -> None:
     Console(width=max(120, Console().width)).print(t)
 
 
-_PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
-
-
-@cli.command("bench-comm", context_settings=_PASS_THROUGH, add_help_option=False)
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def bench_comm(args) -> None:
-    """Under torchrun: time all-reduce from 4 B to 256 MiB, fit, write a cluster file (--out; --help for all)."""
+def _bench_comm_main():
     from commsched.runtime.bench_comm import main as bench_main
 
-    rc = bench_main(list(args))
-    if rc:
-        sys.exit(rc)
+    return bench_main
 
 
-@cli.command(context_settings=_PASS_THROUGH, add_help_option=False)
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def emulate(args) -> None:
-    """Run a command with one rank per emulated node (network namespaces, tc tbf): --nodes N --rate-mbit R -- ARGS."""
+def _emulate_main():
     from commsched.emulate import main as emulate_main
 
-    rc = emulate_main(list(args))
-    if rc:
-        sys.exit(rc)
+    return emulate_main
+
+
+_PASS_THROUGH_COMMANDS = {"bench-comm": _bench_comm_main, "emulate": _emulate_main}
+
+
+@cli.command("bench-comm", add_help_option=False)
+def bench_comm() -> None:
+    """Under torchrun: time all-reduce from 4 B to 256 MiB, fit, write a cluster file (--out; --help for all)."""
+
+
+@cli.command(add_help_option=False)
+def emulate() -> None:
+    """Run a command with one rank per emulated node (netns + tc tbf): --nodes N --rate-mbit R -- ARGS."""
 
 
 @cli.command()
@@ -383,7 +383,7 @@ def presets() -> None:
 
     click.echo("strategies: " + ", ".join(STRATEGIES))
     click.echo("models: resnet18 resnet50 resnet101 resnet152 vgg16 vgg19 alexnet googlenet densenet121 densenet161")
-    click.echo("        densenet201 inception_v3 mobilenet_v2 vit_b_16 bert_base")
+    click.echo("        densenet201 inception_v3 mobilenet_v2 vit_b_16 bert_base bert_small")
     click.echo(f"devices (efficiency c = {CALIBRATED_EFFICIENCY:.3f}):")
     for d in DEVICES.values():
         click.echo(f"  {d.name:10s} {d.peak_flops / 1e12:6.2f} TFLOP/s  {d.source}")
@@ -397,6 +397,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(argv) if argv is not None else sys.argv[1:]
     if not args:
         args = ["--help"]
+    if args[0] in _PASS_THROUGH_COMMANDS:
+        # argparse-based tools keep their own parsing (click would swallow the `--` before a command)
+        return _PASS_THROUGH_COMMANDS[args[0]]()(args[1:])
     try:
         cli.main(args=args, prog_name="commsched", standalone_mode=False)
     except CommschedError as e:

@@ -31,6 +31,7 @@ ZOO_MODELS: tuple[str, ...] = (
     "mobilenet_v2",
     "vit_b_16",
     "bert_base",
+    "bert_small",
 )
 
 DEFAULT_IMAGE_SIZE = 224
@@ -39,6 +40,8 @@ BERT_SEQ_LEN = 128
 BERT_VOCAB_SIZE = 30522
 BERT_MAX_POSITIONS = 512
 BERT_HIDDEN = 768
+TOKEN_MODELS = ("bert_base", "bert_small")
+BERT_SMALL_VOCAB = 8192
 
 
 class BertBase(nn.Module):
@@ -50,24 +53,33 @@ class BertBase(nn.Module):
     and no FLOPs that matter for communication scheduling.
     """
 
-    def __init__(self, num_layers: int = 12, num_classes: int = 2) -> None:
+    def __init__(
+        self,
+        num_layers: int = 12,
+        num_classes: int = 2,
+        hidden: int = BERT_HIDDEN,
+        heads: int = 12,
+        feed_forward: int = 3072,
+        vocab: int = BERT_VOCAB_SIZE,
+    ) -> None:
         super().__init__()
-        self.token_embedding = nn.Embedding(BERT_VOCAB_SIZE, BERT_HIDDEN)
-        self.position_embedding = nn.Embedding(BERT_MAX_POSITIONS, BERT_HIDDEN)
-        self.norm = nn.LayerNorm(BERT_HIDDEN)
+        self.vocab = vocab
+        self.token_embedding = nn.Embedding(vocab, hidden)
+        self.position_embedding = nn.Embedding(BERT_MAX_POSITIONS, hidden)
+        self.norm = nn.LayerNorm(hidden)
         self.dropout = nn.Dropout(0.1)
         layer = nn.TransformerEncoderLayer(
-            d_model=BERT_HIDDEN,
-            nhead=12,
-            dim_feedforward=3072,
+            d_model=hidden,
+            nhead=heads,
+            dim_feedforward=feed_forward,
             dropout=0.1,
             activation="gelu",
             batch_first=True,
         )
         # Nested tensors only matter for padded inference; off keeps training on the plain path.
         self.encoder = nn.TransformerEncoder(layer, num_layers=num_layers, enable_nested_tensor=False)
-        self.pooler = nn.Linear(BERT_HIDDEN, BERT_HIDDEN)
-        self.classifier = nn.Linear(BERT_HIDDEN, num_classes)
+        self.pooler = nn.Linear(hidden, hidden)
+        self.classifier = nn.Linear(hidden, num_classes)
 
     def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
         positions = torch.arange(token_ids.shape[1], device=token_ids.device)
@@ -98,6 +110,8 @@ def _builders() -> Mapping[str, Callable[[], nn.Module]]:
         "mobilenet_v2": lambda: tv.mobilenet_v2(weights=None),
         "vit_b_16": lambda: tv.vit_b_16(weights=None),
         "bert_base": BertBase,
+        # The same shape, CPU-sized: 4 layers of 256 wide, 4 heads, 1024 feed-forward, 8192 tokens.
+        "bert_small": lambda: BertBase(num_layers=4, hidden=256, heads=4, feed_forward=1024, vocab=BERT_SMALL_VOCAB),
     }
 
 
@@ -115,7 +129,7 @@ def build_model(name: str) -> nn.Module:
 def default_image_size(name: str) -> int | None:
     """224 for image models, 299 for inception_v3 (its auxiliary head needs a 17x17 grid), None for BERT."""
     _check_name(name)
-    if name == "bert_base":
+    if name in TOKEN_MODELS:
         return None
     return INCEPTION_IMAGE_SIZE if name == "inception_v3" else DEFAULT_IMAGE_SIZE
 
@@ -130,10 +144,11 @@ def example_input(name: str, batch_size: int, image_size: int | None = None) -> 
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
         raise CommschedError(f"batch_size must be a positive integer, got {batch_size!r}")
     generator = torch.Generator().manual_seed(0)
-    if name == "bert_base":
+    if name in TOKEN_MODELS:
         if image_size is not None:
-            raise CommschedError(f"bert_base takes token ids, not images; got image_size={image_size!r}")
-        return (torch.randint(0, BERT_VOCAB_SIZE, (batch_size, BERT_SEQ_LEN), generator=generator),)
+            raise CommschedError(f"{name} takes token ids, not images; got image_size={image_size!r}")
+        vocab = BERT_VOCAB_SIZE if name == "bert_base" else BERT_SMALL_VOCAB
+        return (torch.randint(0, vocab, (batch_size, BERT_SEQ_LEN), generator=generator),)
     if image_size is None:
         image_size = default_image_size(name)
     if not isinstance(image_size, int) or isinstance(image_size, bool) or image_size <= 0:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -159,6 +160,7 @@ class DataParallel(nn.Module):
         timeout_s: float = 300.0,
         broadcast_buffers: bool = True,
         find_unused_parameters: bool = False,
+        serialize: bool | None = None,
         record: bool = False,
     ) -> None:
         super().__init__()
@@ -172,7 +174,12 @@ class DataParallel(nn.Module):
         self.timeout_s = float(timeout_s)
         self.broadcast_buffers = broadcast_buffers
         self.find_unused_parameters = find_unused_parameters
+        # One all-reduce at a time, as the simulator assumes: NCCL runs a communicator's collectives
+        # in order on one stream anyway, but gloo runs up to two at once on its worker threads, so
+        # on gloo the next bucket is launched when the previous one completes.
+        self.serialize = (dist.get_backend(process_group) == "gloo") if serialize is None else serialize
         self.record = record
+        self._cv = threading.Condition()
         self.world_size = dist.get_world_size(process_group)
         self.rank = dist.get_rank(process_group)
         params = trainable_parameters(module)
@@ -250,6 +257,7 @@ class DataParallel(nn.Module):
         self._written = [False] * len(self._slots)
         self._pending = list(self._bucket_sizes)
         self._next_launch = 0
+        self._in_flight = 0  # works of launched buckets not yet complete (serialize mode)
         self._works: list[list] = [[] for _ in self._buffers]
         self._callback_queued = False
         self._t0 = time.perf_counter()
@@ -302,22 +310,33 @@ class DataParallel(nn.Module):
             self._ready[i] = time.perf_counter() - self._t0
         view = self._buffers[s.bucket][s.buffer][s.offset : s.offset + s.numel]
         torch.mul(param.grad.detach().reshape(-1), 1.0 / self.world_size, out=view)  # as DDP's reducer
-        self._pending[s.bucket] -= 1
-        self._launch_ready_buckets()
+        with self._cv:
+            self._pending[s.bucket] -= 1
+            self._launch_ready_buckets()
 
     def _launch_ready_buckets(self) -> None:
+        """Launch ready buckets in plan order (caller holds ``self._cv``)."""
         while self._next_launch < len(self._buffers) and self._pending[self._next_launch] == 0:
+            if self.serialize and self._in_flight:
+                return  # the completion callback of the bucket in flight launches the next
             j = self._next_launch
+            # state first: a future that is already complete runs its callback right here, re-entrantly
+            self._next_launch += 1
+            self._in_flight += len(self._buffers[j])
             self._start[j] = time.perf_counter() - self._t0
             for buf in self._buffers[j]:
                 work = dist.all_reduce(buf, group=self.process_group, async_op=True)
-                if self.record:
-                    work.get_future().then(lambda _f, j=j: self._mark_end(j))
                 self._works[j].append(work)
-            self._next_launch += 1
+                work.get_future().then(lambda _f, j=j: self._on_done(j))
+            self._cv.notify_all()
 
-    def _mark_end(self, j: int) -> None:
-        self._end[j] = time.perf_counter() - self._t0
+    def _on_done(self, j: int) -> None:
+        """Runs on the communication thread when one of bucket j's all-reduces completes."""
+        with self._cv:
+            self._end[j] = time.perf_counter() - self._t0
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._launch_ready_buckets()
 
     def _finish(self) -> None:
         """End of backward: launch what is left (unused parameters reduce zeros), wait, copy back."""
@@ -329,15 +348,25 @@ class DataParallel(nn.Module):
                     f"gradient in this backward; pass find_unused_parameters=True to DataParallel"
                 )
             used = torch.tensor(self._written, dtype=torch.int32) if self.find_unused_parameters else None
-            for i in unused:
-                s = self._slots[i]
-                self._buffers[s.bucket][s.buffer][s.offset : s.offset + s.numel].zero_()
-                self._pending[s.bucket] -= 1
-            self._launch_ready_buckets()
-            used_work = dist.all_reduce(used, group=self.process_group, async_op=True) if used is not None else None
-            for j, works in enumerate([*self._works, [used_work] if used_work else []]):
-                for w in works:
-                    self._wait(w, f"all-reduce of bucket {j}" if j < len(self._works) else "used-parameter flags")
+            with self._cv:
+                for i in unused:
+                    s = self._slots[i]
+                    self._buffers[s.bucket][s.buffer][s.offset : s.offset + s.numel].zero_()
+                    self._pending[s.bucket] -= 1
+                self._launch_ready_buckets()
+            deadline = time.monotonic() + self.timeout_s
+            for j in range(len(self._works)):
+                with self._cv:  # in serialize mode bucket j is launched when bucket j-1 completes
+                    launched = self._cv.wait_for(lambda j=j: self._next_launch > j, max(0.0, deadline - time.monotonic()))
+                if not launched:
+                    raise CommschedError(
+                        f"rank {self.rank}: bucket {j} was not launched within {self.timeout_s:g} s (the all-reduce "
+                        f"before it never completed); a peer rank has probably died"
+                    )
+                for w in self._works[j]:
+                    self._wait(w, f"all-reduce of bucket {j}")
+            if used is not None:
+                self._wait(dist.all_reduce(used, group=self.process_group, async_op=True), "used-parameter flags")
             for i, s in enumerate(self._slots):
                 if used is not None and int(used[i]) == 0:
                     continue  # no rank used it: leave .grad as it was, as DDP does

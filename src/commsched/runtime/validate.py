@@ -2,8 +2,9 @@
 
 Every rank, in lockstep:
 
-1. measures the model's profile (forward, per-tensor backward, optimizer step), all ranks at once so
-   the measurement sees the same CPU sharing as training, then averages it over ranks;
+1. measures the model's profile (forward, per-tensor backward, optimizer step) inside training
+   steps whose only all-reduce follows backward, all ranks at once so the measurement sees the same
+   CPU sharing as training, then averages it over ranks;
 2. benchmarks all-reduce on the process group and fits a cluster model (alpha-beta or OSF Eq. 18);
 3. measures contention both ways: compute slowed by an all-reduce in flight, and an all-reduce slowed
    by compute, the simplest form of LIBRA's g(b, r) (:mod:`commsched.sim.contention`);
@@ -30,13 +31,15 @@ from torch import nn
 
 from commsched.cost.cluster import ClusterSpec
 from commsched.errors import CommschedError
-from commsched.planners import STRATEGIES
+from commsched.cost.models import AlphaBeta
+from commsched.planners import STRATEGIES, make_plan
 from commsched.planners.base import plan_and_timeline
 from commsched.sim.contention import simulate_contended
 from commsched.sim.timeline import ends_of_plan
 from commsched.types import ModelProfile, Plan, TensorSpec
 
 STOCK = "torch-ddp"
+_ZERO_COST = AlphaBeta(0.0, 0.0)  # a plan whose layout does not depend on costs (SyncEASGD) needs none
 
 
 @dataclass(frozen=True)
@@ -90,19 +93,6 @@ def _step_fn(model: nn.Module, wrapped: nn.Module, inputs: tuple, loss_fn, lr: f
     return step, opt
 
 
-def _optimizer_s(model: nn.Module, inputs: tuple, loss_fn, lr: float, iters: int) -> float:
-    """Median time of the optimizer step (SGD with momentum), on a throw-away copy of the model."""
-    m = copy.deepcopy(model)
-    opt = torch.optim.SGD(m.parameters(), lr=lr, momentum=0.9)
-    loss_fn(m(*inputs)).backward()
-    ts = []
-    for _ in range(iters + 1):
-        t0 = time.perf_counter()
-        opt.step()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts[1:])
-
-
 def _contention(model: nn.Module, inputs: tuple, loss_fn, cluster: ClusterSpec, iters: int) -> dict:
     """The two factors of :func:`~commsched.sim.contention.simulate_contended`, measured.
 
@@ -126,6 +116,10 @@ def _contention(model: nn.Module, inputs: tuple, loss_fn, cluster: ClusterSpec, 
 
     compute()
     alone = statistics.median(compute() for _ in range(iters))
+    # message sizes must be the same on every rank: size them from the slowest rank's compute
+    box = torch.tensor([alone], dtype=torch.float64)
+    dist.all_reduce(box, op=dist.ReduceOp.MAX)
+    alone = float(box.item())
     per_byte = max(cluster.allreduce.time_s(2**26) - cluster.allreduce.time_s(2**20), 1e-12) / (2**26 - 2**20)
     long_msg = torch.zeros(int(min(max(2.0 * alone / per_byte, 2**20), 2**28)) // 4)
     short_msg = torch.zeros(int(min(max(alone / 3 / per_byte, 2**16), 2**26)) // 4)
@@ -156,6 +150,49 @@ def _contention(model: nn.Module, inputs: tuple, loss_fn, cluster: ClusterSpec, 
     }
 
 
+def _calibrate(order: ModelProfile, model: nn.Module, inputs: tuple, loss_fn, cfg: ValidationConfig) -> ModelProfile:
+    """The compute profile as training sees it: steps of DataParallel with one all-reduce after
+    backward (SyncEASGD's plan, so nothing overlaps the compute), recorded per tensor.
+
+    A standalone profile (measure_profile) runs the same forward and backward, but not in the
+    rhythm of training (optimizer step, fresh gradients and communication buffers every step); on
+    this project's CPU machines that difference alone was 5-15% of the step. ``order`` gives the
+    tensors in ready order (from the hooks); forward_s, backward_s and optimizer_s are medians over
+    ``cfg.profile_iters`` steps after two warm-up steps.
+    """
+    from commsched.planners import SyncEASGD
+    from commsched.runtime.data_parallel import DataParallel
+
+    m = copy.deepcopy(model)
+    plan = make_plan(SyncEASGD(), order, _ZERO_COST)
+    dp = DataParallel(m, plan, record=True)
+    opt = torch.optim.SGD([p for p in m.parameters() if p.requires_grad], lr=cfg.lr, momentum=0.9)
+    optimizer_s = []
+    for _ in range(cfg.profile_iters + 2):
+        opt.zero_grad(set_to_none=True)
+        loss_fn(dp(*inputs)).backward()
+        t0 = time.perf_counter()
+        opt.step()
+        optimizer_s.append(time.perf_counter() - t0)
+    records = dp.records[2:]
+    deltas = []
+    for r in records:
+        prev, row = r.forward_end_s, []
+        for t in r.ready_s:
+            row.append(max(0.0, t - prev))
+            prev = max(prev, t)
+        deltas.append(row)
+    return replace(
+        order,
+        source="measured",
+        forward_s=statistics.median(r.forward_end_s for r in records),
+        optimizer_s=statistics.median(optimizer_s[2:]),
+        tensors=tuple(
+            TensorSpec(t.name, t.bytes, statistics.median(row[i] for row in deltas)) for i, t in enumerate(order.tensors)
+        ),
+    )
+
+
 def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
     """The whole validation; returns the report on rank 0 (None elsewhere)."""
     from commsched.models.zoo import build_model, example_input, training_loss
@@ -175,10 +212,9 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
     torch.manual_seed(0)
     base = build_model(cfg.model)
 
-    say(f"1/5 measuring the profile of {cfg.model} on every rank")
-    prof = measure_profile(base, inputs, loss_fn, name=cfg.model, batch_size=cfg.batch_size, iters=cfg.profile_iters, progress=rank == 0 and progress)
-    prof = replace(prof, optimizer_s=_optimizer_s(base, inputs, loss_fn, cfg.lr, cfg.profile_iters))
-    profile = _mean_profile(_gather(prof))
+    say(f"1/5 measuring the profile of {cfg.model} on every rank, inside training steps")
+    order = measure_profile(base, inputs, loss_fn, name=cfg.model, batch_size=cfg.batch_size, warmup=1, iters=2)
+    profile = _mean_profile(_gather(_calibrate(order, base, inputs, loss_fn, cfg)))
 
     say("2/5 benchmarking all-reduce")
     max_bytes = 4 ** max(1, (profile.total_bytes * 2 - 1).bit_length() // 2 + 1)
