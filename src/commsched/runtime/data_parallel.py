@@ -337,6 +337,7 @@ class DataParallel(nn.Module):
             self._in_flight -= 1
             if self._in_flight == 0:
                 self._launch_ready_buckets()
+            self._cv.notify_all()
 
     def _finish(self) -> None:
         """End of backward: launch what is left (unused parameters reduce zeros), wait, copy back."""
@@ -365,6 +366,8 @@ class DataParallel(nn.Module):
                     )
                 for w in self._works[j]:
                     self._wait(w, f"all-reduce of bucket {j}")
+            with self._cv:  # completion callbacks run on gloo's threads: let them finish before going on
+                self._cv.wait_for(lambda: self._in_flight == 0, max(0.0, deadline - time.monotonic()))
             if used is not None:
                 self._wait(dist.all_reduce(used, group=self.process_group, async_op=True), "used-parameter flags")
             for i, s in enumerate(self._slots):
