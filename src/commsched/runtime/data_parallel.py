@@ -184,7 +184,7 @@ class DataParallel(nn.Module):
         self.rank = dist.get_rank(process_group)
         params = trainable_parameters(module)
         self._check_same_plan_everywhere(plan, params)
-        self._sync_module_states(params)
+        self._broadcast([p.detach() for p in module.parameters()] + list(module.buffers()))  # rank 0's state, as DDP
         self._build_buckets(plan, params)
         self._sync_enabled = True
         self.records: list[StepRecord] = []
@@ -212,10 +212,6 @@ class DataParallel(nn.Module):
                 groups.setdefault(str(f), []).append(r)
             detail = "; ".join(f"ranks {rs} have plan {f}" for f, rs in groups.items())
             raise CommschedError(f"rank {self.rank}: ranks hold different plans or models ({detail})")
-
-    def _sync_module_states(self, params: dict[str, nn.Parameter]) -> None:
-        tensors = [p.detach() for p in self.module.parameters()] + [b for b in self.module.buffers()]
-        self._broadcast(tensors)
 
     def _broadcast(self, tensors: list[torch.Tensor]) -> None:
         """Broadcast from rank 0, one flat tensor per dtype and device (few collectives)."""
@@ -247,7 +243,6 @@ class DataParallel(nn.Module):
                 self._slots.append(_Slot(p, name, j, k, sizes[k], p.numel()))
                 sizes[k] += p.numel()
             self._buffers.append([torch.zeros(n, dtype=dt, device=dev) for n, (dt, dev) in zip(sizes, kinds)])
-        self._bucket_of = [s.bucket for s in self._slots]
         self._bucket_sizes = [sum(1 for s in self._slots if s.bucket == j) for j in range(len(plan.buckets))]
         self._bucket_bytes = [sum(b.numel() * b.element_size() for b in bufs) for bufs in self._buffers]
 

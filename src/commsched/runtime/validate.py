@@ -115,16 +115,19 @@ def _contention(model: nn.Module, inputs: tuple, loss_fn, cluster: ClusterSpec, 
         return time.perf_counter() - t0
 
     compute()
-    alone = statistics.median(compute() for _ in range(iters))
+    alone_t = [compute() for _ in range(3)]
     # message sizes must be the same on every rank: size them from the slowest rank's compute
-    box = torch.tensor([alone], dtype=torch.float64)
+    box = torch.tensor([statistics.median(alone_t)], dtype=torch.float64)
     dist.all_reduce(box, op=dist.ReduceOp.MAX)
-    alone = float(box.item())
+    sizing = float(box.item())
     per_byte = max(cluster.allreduce.time_s(2**26) - cluster.allreduce.time_s(2**20), 1e-12) / (2**26 - 2**20)
-    long_msg = torch.zeros(int(min(max(2.0 * alone / per_byte, 2**20), 2**28)) // 4)
-    short_msg = torch.zeros(int(min(max(alone / 3 / per_byte, 2**16), 2**26)) // 4)
-    under_comm, comm_under_compute, comm_alone = [], [], []
+    long_msg = torch.zeros(int(min(max(2.0 * sizing / per_byte, 2**20), 2**28)) // 4)
+    short_msg = torch.zeros(int(min(max(sizing / 3 / per_byte, 2**16), 2**26)) // 4)
+    # the four measurements interleaved (A B C D A B C D ...), so drift hits them alike
+    alone_t, under_comm, comm_under_compute, comm_alone = [], [], [], []
     for _ in range(iters):
+        dist.barrier()
+        alone_t.append(compute())
         dist.barrier()
         work = dist.all_reduce(long_msg, async_op=True)
         under_comm.append(compute())
@@ -138,6 +141,7 @@ def _contention(model: nn.Module, inputs: tuple, loss_fn, cluster: ClusterSpec, 
         compute()
         work.wait()
         comm_under_compute.append((done[0] if done else time.perf_counter()) - t0)
+    alone = statistics.median(alone_t)
     return {
         "compute_alone_s": alone,
         "compute_under_allreduce_s": statistics.median(under_comm),
@@ -222,7 +226,7 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
     cluster, fit = fit_cluster(samples, name=f"measured-{world}x-{dist.get_backend()}")
 
     say("3/5 measuring compute slowdown under a concurrent all-reduce")
-    contention = _contention(base, inputs, loss_fn, cluster, max(3, cfg.profile_iters // 2))
+    contention = _contention(base, inputs, loss_fn, cluster, max(5, cfg.profile_iters))
     # every rank must plan with the same numbers: take rank 0's
     cluster, fit, contention = _broadcast_obj((cluster, fit, contention))
 

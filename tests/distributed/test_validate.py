@@ -1,0 +1,43 @@
+"""`commsched validate` end to end under torchrun with two gloo ranks (small model, few steps)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.distributed.launch import free_port
+
+
+def test_validate_end_to_end(tmp_path):
+    out = tmp_path / "v"
+    r = subprocess.run(
+        [
+            sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
+            "-m", "commsched", "validate", "--model", "resnet18", "--batch-size", "4", "--image-size", "32",
+            "--strategy", "optimal,ddp,synceasgd", "--rounds", "2", "--steps", "1", "--out", str(out),
+        ],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "prediction error: median" in r.stdout and "torch-ddp" in r.stdout
+    doc = json.loads((out / "validate.json").read_text())
+    assert set(doc["strategies"]) == {"optimal", "ddp", "synceasgd"} and doc["world_size"] == 2
+    for row in doc["strategies"].values():
+        assert row["measured_s"] > 0 and row["iteration_s"] > 0 and row["buckets"] >= 1
+        assert abs(row["error"] - (row["iteration_s"] / row["measured_s"] - 1)) < 1e-12
+    assert doc["contention"]["compute_slowdown"] >= 0 and doc["contention"]["comm_slowdown"] >= 0
+    assert doc["stock_ddp"]["measured_s"] > 0 and "overhead_vs_stock_ddp" in doc
+    b = doc["measured_breakdown"]
+    assert min(b.values()) >= 0
+    for name in ("validate.png", "measured-gantt.png"):
+        assert (out / name).read_bytes()[:4] == b"\x89PNG"
+    trace = json.loads((out / "measured-trace.json").read_text())
+    assert any(e.get("cat") == "allreduce" for e in trace["traceEvents"])
+
+
+def test_validate_outside_torchrun_is_a_clear_error():
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    r = subprocess.run([sys.executable, "-m", "commsched", "validate"], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "torchrun" in r.stderr
