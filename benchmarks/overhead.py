@@ -23,6 +23,7 @@ from commsched.models.zoo import build_model, example_input, training_loss
 from commsched.planners import DDP, make_plan
 from commsched.profile.zoo_profile import zoo_profile
 from commsched.runtime.data_parallel import DataParallel
+from commsched.runtime.lifecycle import end_process_group
 
 
 def main() -> None:
@@ -60,7 +61,7 @@ def main() -> None:
             print(f"{name} {k}: {statistics.median(ts) * 1e3:.1f} ms [{min(ts) * 1e3:.1f}, {max(ts) * 1e3:.1f}] ({len(ts)} steps)")
         ratio = statistics.median(times["commsched (DDP's buckets)"]) / statistics.median(times["stock DDP"]) - 1
         print(f"{name} overhead of commsched vs stock DDP: {ratio:+.1%} ({len(plan.buckets)} buckets)")
-    dist.destroy_process_group()
+    end_process_group(clean=True)
 
 
 if __name__ == "__main__":

@@ -170,6 +170,7 @@ _GLOO_SCRIPT = textwrap.dedent(
     dist.all_reduce(t)
     assert t.tolist() == [float(dist.get_world_size())] * 4, t
     print(f"rank {dist.get_rank()} of {dist.get_world_size()} ok via {os.environ['GLOO_SOCKET_IFNAME']}")
+    dist.barrier()  # every rank arrives before any tears down (see commsched.runtime.lifecycle)
     dist.destroy_process_group()
     """
 )

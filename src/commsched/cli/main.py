@@ -364,14 +364,18 @@ def validate(model, batch_size, image_size, strategies, rounds, steps, out_dir) 
     cfg = ValidationConfig(model=model, batch_size=batch_size, image_size=image_size, rounds=rounds, steps=steps, out_dir=out_dir)
     if names:
         cfg = ValidationConfig(**{**cfg.__dict__, "strategies": tuple(names)})
+    from commsched.runtime.lifecycle import end_process_group
+
     dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    clean = False
     try:
         report = run(cfg)
         if report is not None:
             print_report(report)
             click.echo(f"wrote {out_dir}/validate.json, validate.png, measured-trace.json, measured-gantt.png", err=True)
+        clean = True
     finally:
-        dist.destroy_process_group()
+        end_process_group(clean)
 
 
 @cli.command()

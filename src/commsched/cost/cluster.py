@@ -6,7 +6,6 @@ from dataclasses import dataclass, replace
 
 from commsched.cost.models import (
     AlgorithmCost,
-    AlphaBeta,
     CostModel,
     LinkParams,
     cost_model_from_json,

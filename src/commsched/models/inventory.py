@@ -21,7 +21,9 @@ rule in :func:`inventory`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -64,6 +66,31 @@ def _output_tensors(output: object) -> list[torch.Tensor]:
         # Tuples, lists and namedtuples such as torchvision's GoogLeNetOutputs / InceptionOutputs.
         return [t for v in output for t in _output_tensors(v)]
     return []
+
+
+def remove_all(handles: list) -> None:
+    """Remove hook handles (the ones registered so far, when a probe stops half way)."""
+    for h in handles:
+        h.remove()
+
+
+@contextmanager
+def restored_state(module: nn.Module, params: Sequence[tuple[str, nn.Parameter]]) -> Iterator[None]:
+    """Probe ``module`` freely inside; afterwards its train/eval flags, its buffers (BatchNorm running
+    statistics) and its parameters' ``.grad`` are what they were before."""
+    saved_modes = [(m, m.training) for m in module.modules()]
+    saved_buffers = [(b, b.detach().clone()) for b in module.buffers()]
+    saved_grads = [(p, p.grad) for _, p in params]
+    try:
+        yield
+    finally:
+        for p, g in saved_grads:
+            p.grad = g
+        with torch.no_grad():
+            for b, value in saved_buffers:
+                b.copy_(value)
+        for m, mode in saved_modes:
+            m.training = mode
 
 
 def sum_of_means(output: object) -> torch.Tensor:
@@ -160,15 +187,13 @@ def inventory(
     loss_fn = sum_of_means if loss_fn is None else loss_fn
 
     modules = list(module.modules())  # deduplicated by torch
-    saved_modes = [(m, m.training) for m in modules]
-    saved_buffers = [(b, b.detach().clone()) for b in module.buffers()]
-    saved_grads = [(p, p.grad) for _, p in params]
 
     ready: list[nn.Parameter] = []
     counter = flop_counter()
     record = _ForwardRecord(counter)
     handles = []
-    try:
+    with restored_state(module, params), contextlib.ExitStack() as cleanup:
+        cleanup.callback(remove_all, handles)
         for _, p in params:
             p.grad = None
             handles.append(p.register_post_accumulate_grad_hook(ready.append))
@@ -185,16 +210,6 @@ def inventory(
             if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
                 raise CommschedError(f"loss_fn must return a scalar tensor for {name!r}, got {type(loss).__name__}")
             loss.backward()
-    finally:
-        for h in handles:
-            h.remove()
-        for p, g in saved_grads:
-            p.grad = g
-        with torch.no_grad():
-            for b, value in saved_buffers:
-                b.copy_(value)
-        for m, mode in saved_modes:
-            m.training = mode
 
     if not ready:
         raise CommschedError(f"no parameter of {name!r} received a gradient in the backward pass")

@@ -14,17 +14,18 @@ The result is a ``commsched.profile/v1`` :class:`~commsched.types.ModelProfile` 
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from collections.abc import Callable
-from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
 from torch import nn
 
 from commsched.errors import CommschedError
-from commsched.models.inventory import sum_of_means
+from commsched.report.progress import progress as progress_bar
+from commsched.models.inventory import remove_all, restored_state, sum_of_means
 from commsched.types import ModelProfile, TensorSpec
 
 __all__ = ["measure_profile", "measure_zoo_profile"]
@@ -173,10 +174,6 @@ def measure_profile(
     if device_label is None:
         device_label = torch.cuda.get_device_name(device) if is_cuda else "cpu"
 
-    modules = list(module.modules())
-    saved_modes = [(m, m.training) for m in modules]
-    saved_buffers = [(b, b.detach().clone()) for b in module.buffers()]
-    saved_grads = [(p, p.grad) for _, p in params]
 
     log: list[tuple[int, Any]] = []  # (parameter index, clock mark) in hook order, this iteration
 
@@ -193,11 +190,12 @@ def measure_profile(
     ready_samples: list[list[float]] = []  # per timed iteration, ready time of each tensor after backward start
 
     handles = []
-    bar = _progress_bar(progress, f"measuring {name}", warmup + iters)
+    bar = progress_bar(progress, f"measuring {name}", warmup + iters)
     # fork_rng takes CUDA device indices; on the CPU only the CPU generator is forked.
     rng_devices = [device.index if device.index is not None else torch.cuda.current_device()] if is_cuda else []
-    try:
-        with torch.random.fork_rng(devices=rng_devices), bar as advance:
+    with restored_state(module, params), contextlib.ExitStack() as cleanup:
+        cleanup.callback(remove_all, handles)
+        with torch.random.fork_rng(devices=rng_devices), bar as steps:
             torch.manual_seed(SEED)
             for i, (_, p) in enumerate(params):
                 handles.append(p.register_post_accumulate_grad_hook(make_hook(i)))
@@ -228,18 +226,8 @@ def measure_profile(
                         first.setdefault(index, mark)
                     orders.append(tuple(first))
                     ready_samples.append([clock.seconds(backward_start, m) for m in first.values()])
-                advance()
-    finally:
+                steps.advance()
         log.clear()
-        for h in handles:
-            h.remove()
-        for p, g in saved_grads:
-            p.grad = g
-        with torch.no_grad():
-            for b, value in saved_buffers:
-                b.copy_(value)
-        for m, mode in saved_modes:
-            m.training = mode
 
     names = [n for n, _ in params]
     order = _check_orders(orders, names, name)
@@ -282,29 +270,6 @@ def _check_orders(orders: list[tuple[int, ...]], names: list[str], model: str) -
             f"(the model's backward graph must be the same every step)"
         )
     return reference
-
-
-def _progress_bar(enabled: bool, description: str, total: int):
-    """A context manager yielding ``advance()``: a rich bar on stderr when enabled, else a no-op."""
-    if not enabled:
-        return nullcontext(lambda: None)
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    @contextmanager
-    def bar():
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-            transient=True,
-        ) as prog:
-            task = prog.add_task(description, total=total)
-            yield lambda: prog.advance(task)
-
-    return bar()
 
 
 def measure_zoo_profile(

@@ -18,8 +18,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +29,8 @@ from commsched.cost.cluster import ClusterSpec
 from commsched.cost.fit import FitReport, fit_alpha_beta, fit_piecewise_auto
 from commsched.cost.models import AlphaBeta, cost_model_from_json
 from commsched.errors import CommschedError
+from commsched.report.progress import progress as progress_bar
+from commsched.runtime.lifecycle import end_process_group
 from commsched.io import write_json
 
 __all__ = ["CommSamples", "bench_allreduce", "default_sizes", "fit_cluster", "main"]
@@ -149,36 +150,6 @@ def _human_bytes(n: int) -> str:
     return f"{n} B"
 
 
-@contextmanager
-def _size_progress(enabled: bool, sizes: Sequence[int]) -> Iterator[Callable[[int], None]]:
-    """Yield ``show(size)``, called before each size is timed: a rich bar on stderr, or a no-op."""
-    if not enabled:
-        yield lambda _size: None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as prog:
-        task = prog.add_task("all-reduce", total=len(sizes))
-        started = [False]
-
-        def show(size: int) -> None:
-            if started[0]:
-                prog.advance(task)
-            started[0] = True
-            prog.update(task, description=f"all-reduce {_human_bytes(size):>9}")
-
-        yield show
-        prog.advance(task)
-
-
 def _bench_device(backend: str) -> torch.device:
     """NCCL reduces CUDA tensors only; every other backend (gloo, mpi) is timed on host tensors."""
     if "nccl" in backend:
@@ -251,9 +222,9 @@ def bench_allreduce(
     medians: list[float] = []
     lows: list[float] = []
     highs: list[float] = []
-    with _size_progress(progress and dist.get_rank() == 0, sizes) as show:
+    with progress_bar(progress and dist.get_rank() == 0, "all-reduce", len(sizes)) as bar:
         for size in sizes:
-            show(size)
+            bar.label(f"all-reduce {_human_bytes(size):>9}")
             buf = torch.zeros(size // element_bytes, dtype=dtype, device=device)
             for _ in range(warmup):
                 dist.all_reduce(buf, group=group)
@@ -267,6 +238,7 @@ def bench_allreduce(
                 sync()
                 times.append(time.perf_counter() - start)
             del buf
+            bar.advance()
             medians.append(statistics.median(times))
             lows.append(min(times))
             highs.append(max(times))
@@ -443,6 +415,7 @@ def _run(args: argparse.Namespace, max_bytes: int) -> int:
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group(backend=backend)
+    clean = False
     try:
         samples = bench_allreduce(
             max_bytes=max_bytes, warmup=args.warmup, repeats=args.repeats, progress=not args.no_progress
@@ -457,8 +430,9 @@ def _run(args: argparse.Namespace, max_bytes: int) -> int:
                 write_json(args.samples, samples.to_json())
             print(_summary(samples, cluster, report))
             print(f"wrote {args.out}" + (f" and {args.samples}" if args.samples else ""))
+        clean = True
     finally:
-        dist.destroy_process_group()
+        end_process_group(clean)
     return 0
 
 

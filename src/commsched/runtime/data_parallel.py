@@ -32,10 +32,12 @@ all-reduce start/end, as a :class:`StepRecord`, convertible to the simulator's T
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -113,6 +115,15 @@ class _Slot:
     buffer: int  # index into the bucket's per-dtype buffers
     offset: int
     numel: int
+
+
+def _on_done(ref: weakref.ref, j: int, _future) -> None:
+    """Completion callback of bucket j's all-reduce, on the communication thread. It holds the
+    DataParallel weakly: were the thread to drop the last reference, the wrapper (and the process
+    group's work objects) would be destroyed on the very thread they own, which aborts the process."""
+    dp = ref()
+    if dp is not None:
+        dp._on_done(j)
 
 
 def trainable_parameters(module: nn.Module) -> dict[str, nn.Parameter]:
@@ -322,7 +333,7 @@ class DataParallel(nn.Module):
             for buf in self._buffers[j]:
                 work = dist.all_reduce(buf, group=self.process_group, async_op=True)
                 self._works[j].append(work)
-                work.get_future().then(lambda _f, j=j: self._on_done(j))
+                work.get_future().then(functools.partial(_on_done, weakref.ref(self), j))
             self._cv.notify_all()
 
     def _on_done(self, j: int) -> None:

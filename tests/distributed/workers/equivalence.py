@@ -11,6 +11,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import common
+from commsched.runtime.lifecycle import end_process_group
 
 MODE = sys.argv[1]  # plain | no_sync | frozen | unused | bf16 | fp16
 STEPS = 20
@@ -87,7 +88,7 @@ def main() -> None:
         }
     dist.all_reduce = real
     common.emit({"rank": rank, "results": out, "frozen_in_plan": any("conv" in t for p in plans.values() for b in p.buckets for t in b.tensors)})
-    dist.destroy_process_group()
+    end_process_group(clean=True)
 
 
 if __name__ == "__main__":

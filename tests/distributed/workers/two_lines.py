@@ -9,6 +9,7 @@ import torch.distributed as dist
 from torch import nn
 
 import common
+from commsched.runtime.lifecycle import end_process_group
 
 
 def main() -> None:
@@ -36,7 +37,7 @@ def main() -> None:
     dist.all_gather(everyone, flat)
     common.emit({"rank": rank, "strategy": loaded.strategy, "buckets": len(loaded.buckets),
                  "same_on_all_ranks": all(torch.equal(everyone[0], e) for e in everyone)})
-    dist.destroy_process_group()
+    end_process_group(clean=True)
 
 
 if __name__ == "__main__":
