@@ -33,6 +33,14 @@ def test_gradient_accumulation_with_no_sync_matches_ddp():
     _check("no_sync", 1e-6)
 
 
+def test_a_parameter_used_only_in_no_sync_micro_batches_is_reduced_as_by_ddp():
+    _check("no_sync_unused", 1e-6)
+
+
+def test_the_forward_decides_whether_a_backward_reduces_as_with_ddp():
+    _check("forward_in_no_sync", 1e-6)
+
+
 def test_frozen_parameters_are_left_out_and_match_ddp():
     docs = _check("frozen", 1e-6)
     assert not docs[0]["frozen_in_plan"]

@@ -7,23 +7,32 @@
   each trainable parameter exactly once; a mismatch is a :class:`CommschedError` on every rank, not a
   hang. Parameters and buffers are then broadcast from rank 0, as DDP does;
 - during backward, ``register_post_accumulate_grad_hook`` copies each gradient, scaled by 1/world
-  (as DDP's reducer does while copying into its buckets), into its bucket's flat buffer; the moment
-  a bucket's last gradient is in, its all-reduce is launched asynchronously. Buckets are launched in
-  the plan's order (a bucket complete before its predecessor waits for it), because every rank must
-  issue collectives in the same order;
-- at the end of backward (an autograd engine callback, as DDP uses) all all-reduces are awaited, with
-  a timeout, and ``param.grad`` becomes the averaged gradient: a view into the bucket when the
-  gradient was None (``zero_grad(set_to_none=True)``, the default) or already that view, a copy
-  otherwise. The optimizer step that follows sees world-averaged gradients.
+  (as DDP's reducer does while copying into its buckets), into its bucket's flat buffer. Buckets are
+  launched asynchronously in the plan's order (a bucket complete before its predecessor waits for
+  it), because every rank must issue collectives in the same order. With ``serialize`` (the default
+  on gloo) a ready bucket also waits until the previous all-reduce has completed: one at a time, as
+  the simulator assumes; otherwise it is launched the moment its last gradient is in;
+- at the end of backward (an autograd engine callback, as DDP uses) all all-reduces are awaited,
+  under one deadline of ``timeout_s``, and the averaged gradient is copied into ``param.grad`` (a new
+  tensor when it is None): never a view of a bucket, as with DDP's default
+  ``gradient_as_bucket_view=False``, so a gradient the caller keeps is not changed by the next step.
+  The optimizer step that follows sees world-averaged gradients.
 
-Also handled: ``no_sync()`` for gradient accumulation (gradients accumulate locally and the next
-synchronised backward reduces the sum, as with DDP); frozen parameters (not in the plan, never
-reduced); parameters unused in a step: with ``find_unused_parameters=True`` (as with DDP) a rank that
-did not use a parameter contributes zeros, a parameter no rank used keeps its ``.grad`` untouched
-(found by one extra all-reduce of a used-flag per parameter each step, as DDP does), and buckets after
-an incomplete one wait until backward ends; with the default ``False`` an unused parameter is a
-CommschedError at the end of that backward; any gradient dtype (one flat buffer per
+Also handled: ``no_sync()`` for gradient accumulation: as with DDP, the forward decides (a backward
+whose forward ran inside the context does not reduce), gradients accumulate locally and the next
+synchronised backward reduces the sum; frozen parameters (not in the plan, never reduced);
+parameters unused in a step: with ``find_unused_parameters=True`` (as with DDP) a rank that did not
+use a parameter contributes its gradient if it has one (accumulated in no_sync micro-batches) and
+zeros otherwise, a parameter no rank used since the last synchronised step keeps its ``.grad``
+untouched (found by one extra all-reduce of a used-flag per parameter each step, as DDP does), and
+buckets after an incomplete one wait until backward ends; with the default ``False`` an unused
+parameter is a CommschedError at the end of that backward; any gradient dtype (one flat buffer per
 dtype within a bucket, so fp16/bf16 gradients are reduced in their own dtype).
+
+A backward that fails part-way (an exception in the model's backward, or a CommschedError) leaves
+no state behind: the next forward launches and awaits every complete bucket at the front of the
+plan (so all ranks that failed alike have issued the same collectives, whatever the timing) and
+starts afresh; completion callbacks of that step are ignored.
 
 Each synchronised step can be recorded (``record=True``): per-tensor ready times and per-bucket
 all-reduce start/end, as a :class:`StepRecord`, convertible to the simulator's Timeline.
@@ -117,13 +126,14 @@ class _Slot:
     numel: int
 
 
-def _on_done(ref: weakref.ref, j: int, _future) -> None:
-    """Completion callback of bucket j's all-reduce, on the communication thread. It holds the
-    DataParallel weakly: were the thread to drop the last reference, the wrapper (and the process
-    group's work objects) would be destroyed on the very thread they own, which aborts the process."""
+def _on_done(ref: weakref.ref, generation: int, j: int, future) -> None:
+    """Completion callback of bucket j's all-reduce in step ``generation``. It holds the
+    DataParallel weakly: were the communication thread to drop the last reference, the wrapper (and
+    the process group's work objects) would be destroyed on the very thread they own, which aborts
+    the process."""
     dp = ref()
     if dp is not None:
-        dp._on_done(j)
+        dp._on_done(generation, j, future)
 
 
 def trainable_parameters(module: nn.Module) -> dict[str, nn.Parameter]:
@@ -199,6 +209,9 @@ class DataParallel(nn.Module):
         self._build_buckets(plan, params)
         self._sync_enabled = True
         self.records: list[StepRecord] = []
+        self._generation = 0
+        self._used_since_sync = [False] * len(self._slots)
+        self._flags_device = self._slots[0].param.device if self._slots else torch.device("cpu")
         self._reset_step()
         self._hooks = [s.param.register_post_accumulate_grad_hook(self._make_hook(i)) for i, s in enumerate(self._slots)]
 
@@ -260,10 +273,15 @@ class DataParallel(nn.Module):
     # --- per step ----------------------------------------------------------------------------
 
     def _reset_step(self) -> None:
+        with self._cv:
+            self._generation += 1  # completion callbacks of earlier steps now do nothing
+        self._sync_this_step = self._sync_enabled  # decided at forward, as DDP does
         self._written = [False] * len(self._slots)
         self._pending = list(self._bucket_sizes)
         self._next_launch = 0
         self._in_flight = 0  # works of launched buckets not yet complete (serialize mode)
+        self._launching = False  # re-entrancy guard: a future already complete runs its callback inline
+        self._error: BaseException | None = None  # raised on the communication thread, re-raised in _finish
         self._works: list[list] = [[] for _ in self._buffers]
         self._callback_queued = False
         self._t0 = time.perf_counter()
@@ -272,10 +290,45 @@ class DataParallel(nn.Module):
         self._start = [0.0] * len(self._buffers)
         self._end = [0.0] * len(self._buffers)
 
+    def _drain(self) -> None:
+        """Finish what a backward that failed part-way started, so that every rank has issued the same
+        collectives and none still writes into the buckets the next step fills.
+
+        Which buckets were launched by then depends on timing (in serialize mode the next one waits
+        for a completion callback), but which were complete does not, when the failure is the same
+        on every rank: so every complete bucket at the front of the plan is launched and awaited.
+        After a normal step all buckets are launched and complete, and this returns at once. When an
+        all-reduce of that step failed (already raised), nothing more is launched; the launched ones
+        are awaited and their errors dropped. The generation is then bumped: no completion callback
+        of that step does anything more.
+        """
+        deadline = time.monotonic() + self.timeout_s
+        with self._cv:
+            if self._error is None:
+                complete = next((j for j, p in enumerate(self._pending) if p), len(self._pending))
+                self._launch_ready_buckets()  # serialize mode: completion callbacks launch the rest
+                done = self._cv.wait_for(
+                    lambda: self._error is not None or (self._next_launch >= complete and self._in_flight == 0),
+                    max(0.0, deadline - time.monotonic()),
+                )
+                if not done:
+                    raise CommschedError(
+                        f"rank {self.rank}: the all-reduces of an earlier failed backward did not complete within "
+                        f"{self.timeout_s:g} s; a peer rank has probably died"
+                    )
+            failed = self._error is not None
+            self._generation += 1
+            works = [w for ws in self._works for w in ws]
+        if failed:
+            for w in works:
+                with contextlib.suppress(Exception):  # that step's error was raised already
+                    w.wait(timedelta(seconds=max(0.001, deadline - time.monotonic())))
+
     def forward(self, *args, **kwargs):
-        if not self._callback_queued:
+        if torch.is_grad_enabled():  # a no_grad forward (evaluation) does not start a step, as in DDP
+            self._drain()
             self._reset_step()
-            if self.broadcast_buffers and self._sync_enabled:
+            if self.broadcast_buffers and self._sync_this_step:
                 buffers = list(self.module.buffers())
                 if buffers and self.world_size > 1:
                     self._broadcast(buffers)
@@ -285,7 +338,8 @@ class DataParallel(nn.Module):
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
-        """Accumulate gradients locally; the next backward outside this context reduces their sum."""
+        """Accumulate gradients locally: a backward whose forward ran inside this context does not
+        reduce, and the next synchronised one reduces the sum (as with DDP, the forward decides)."""
         old = self._sync_enabled
         self._sync_enabled = False
         try:
@@ -295,7 +349,10 @@ class DataParallel(nn.Module):
 
     def _make_hook(self, i: int):
         def hook(param: torch.Tensor) -> None:
-            if not self._sync_enabled:
+            if not self._sync_this_step:
+                # remembered until the next synchronised backward: a parameter used only in no_sync
+                # micro-batches still has a gradient to reduce (DDP's local_used_map does the same)
+                self._used_since_sync[i] = True
                 return
             self._on_ready(i, param)
 
@@ -322,28 +379,50 @@ class DataParallel(nn.Module):
 
     def _launch_ready_buckets(self) -> None:
         """Launch ready buckets in plan order (caller holds ``self._cv``)."""
-        while self._next_launch < len(self._buffers) and self._pending[self._next_launch] == 0:
-            if self.serialize and self._in_flight:
-                return  # the completion callback of the bucket in flight launches the next
-            j = self._next_launch
-            # state first: a future that is already complete runs its callback right here, re-entrantly
-            self._next_launch += 1
-            self._in_flight += len(self._buffers[j])
-            self._start[j] = time.perf_counter() - self._t0
-            for buf in self._buffers[j]:
-                work = dist.all_reduce(buf, group=self.process_group, async_op=True)
-                self._works[j].append(work)
-                work.get_future().then(functools.partial(_on_done, weakref.ref(self), j))
+        if self._launching:
+            return  # called from a callback that ran inline below: the loop below goes on
+        self._launching = True
+        try:
+            while self._next_launch < len(self._buffers) and self._pending[self._next_launch] == 0:
+                if self.serialize and self._in_flight:
+                    return  # the completion callback of the bucket in flight launches the next
+                j = self._next_launch
+                self._next_launch += 1
+                self._in_flight += len(self._buffers[j])
+                self._start[j] = time.perf_counter() - self._t0
+                for buf in self._buffers[j]:
+                    work = dist.all_reduce(buf, group=self.process_group, async_op=True)
+                    self._works[j].append(work)
+                    work.get_future().then(functools.partial(_on_done, weakref.ref(self), self._generation, j))
+                self._cv.notify_all()
+        finally:
+            self._launching = False
+
+    def _on_done(self, generation: int, j: int, future) -> None:
+        """Runs when one of bucket j's all-reduces completes: on the communication thread, or inline
+        when the future was complete before ``then``. An exception here would be lost with the
+        callback's own future, so it is kept for :meth:`_finish` to raise."""
+        with self._cv:
+            if generation != self._generation:
+                return  # a step that failed and was drained
+            try:
+                future.value()  # raises when the all-reduce failed
+                self._end[j] = time.perf_counter() - self._t0
+                self._in_flight -= 1
+                if self._in_flight == 0:
+                    self._launch_ready_buckets()
+            except Exception as e:  # noqa: BLE001 - re-raised on the training thread
+                if self._error is None:
+                    self._error = e
             self._cv.notify_all()
 
-    def _on_done(self, j: int) -> None:
-        """Runs on the communication thread when one of bucket j's all-reduces completes."""
-        with self._cv:
-            self._end[j] = time.perf_counter() - self._t0
-            self._in_flight -= 1
-            if self._in_flight == 0:
-                self._launch_ready_buckets()
-            self._cv.notify_all()
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            e = self._error
+            first = str(e).splitlines()[0] if str(e) else ""
+            raise CommschedError(
+                f"rank {self.rank}: an all-reduce failed; a peer rank has probably died ({type(e).__name__}: {first})"
+            ) from e
 
     def _finish(self) -> None:
         """End of backward: launch what is left (unused parameters reduce zeros), wait, copy back."""
@@ -354,39 +433,60 @@ class DataParallel(nn.Module):
                     f"rank {self.rank}: parameter {self._slots[unused[0]].name!r} (and {len(unused) - 1} more) got no "
                     f"gradient in this backward; pass find_unused_parameters=True to DataParallel"
                 )
-            used = torch.tensor(self._written, dtype=torch.int32) if self.find_unused_parameters else None
+            used = None
+            if self.find_unused_parameters:
+                flags = [w or u for w, u in zip(self._written, self._used_since_sync)]
+                used = torch.tensor(flags, dtype=torch.int32, device=self._flags_device)
             with self._cv:
                 for i in unused:
                     s = self._slots[i]
-                    self._buffers[s.bucket][s.buffer][s.offset : s.offset + s.numel].zero_()
+                    view = self._buffers[s.bucket][s.buffer][s.offset : s.offset + s.numel]
+                    if s.param.grad is not None:
+                        # accumulated in earlier no_sync backwards: reduced like any gradient, as
+                        # DDP's reducer copies a defined gradient of a parameter unused in this pass
+                        torch.mul(s.param.grad.detach().reshape(-1), 1.0 / self.world_size, out=view)
+                    else:
+                        view.zero_()
                     self._pending[s.bucket] -= 1
                 self._launch_ready_buckets()
             deadline = time.monotonic() + self.timeout_s
             for j in range(len(self._works)):
                 with self._cv:  # in serialize mode bucket j is launched when bucket j-1 completes
-                    launched = self._cv.wait_for(lambda j=j: self._next_launch > j, max(0.0, deadline - time.monotonic()))
-                if not launched:
-                    raise CommschedError(
-                        f"rank {self.rank}: bucket {j} was not launched within {self.timeout_s:g} s (the all-reduce "
-                        f"before it never completed); a peer rank has probably died"
+                    self._cv.wait_for(
+                        lambda j=j: self._next_launch > j or self._error is not None,
+                        max(0.0, deadline - time.monotonic()),
                     )
+                    self._raise_if_failed()
+                    if self._next_launch <= j:
+                        raise CommschedError(
+                            f"rank {self.rank}: bucket {j} was not launched within {self.timeout_s:g} s (the "
+                            f"all-reduce before it never completed); a peer rank has probably died"
+                        )
                 for w in self._works[j]:
-                    self._wait(w, f"all-reduce of bucket {j}")
+                    self._wait(w, f"all-reduce of bucket {j}", deadline)
             with self._cv:  # completion callbacks run on gloo's threads: let them finish before going on
-                self._cv.wait_for(lambda: self._in_flight == 0, max(0.0, deadline - time.monotonic()))
+                done = self._cv.wait_for(
+                    lambda: self._in_flight == 0 or self._error is not None, max(0.0, deadline - time.monotonic())
+                )
+                self._raise_if_failed()
+                if not done:
+                    raise CommschedError(
+                        f"rank {self.rank}: all-reduce completion callbacks did not run within {self.timeout_s:g} s"
+                    )
+            globally_used = None
             if used is not None:
-                self._wait(dist.all_reduce(used, group=self.process_group, async_op=True), "used-parameter flags")
+                self._wait(dist.all_reduce(used, group=self.process_group, async_op=True), "used-parameter flags", deadline)
+                globally_used = used.tolist()
             for i, s in enumerate(self._slots):
-                if used is not None and int(used[i]) == 0:
+                if globally_used is not None and globally_used[i] == 0:
                     continue  # no rank used it: leave .grad as it was, as DDP does
                 avg = self._buffers[s.bucket][s.buffer][s.offset : s.offset + s.numel].view_as(s.param)
-                grad = s.param.grad
-                if grad is None or grad.data_ptr() == avg.data_ptr():
-                    # the gradient becomes a view of the bucket (as DDP's gradient_as_bucket_view):
-                    # no copy back; a later in-place accumulation lands in the bucket, where it belongs
-                    s.param.grad = avg
+                # a copy, never a view of the bucket (DDP's default gradient_as_bucket_view=False):
+                # the next step overwrites the buckets, and a gradient kept by the caller must not change
+                if s.param.grad is None:
+                    s.param.grad = avg.clone()
                 else:
-                    grad.copy_(avg)
+                    s.param.grad.copy_(avg)
             if self.record:
                 self.records.append(
                     StepRecord(
@@ -400,10 +500,15 @@ class DataParallel(nn.Module):
                 )
         finally:
             self._callback_queued = False
+            self._used_since_sync = [False] * len(self._slots)
 
-    def _wait(self, work, what: str) -> None:
+    def _wait(self, work, what: str, deadline: float | None = None) -> None:
+        """Wait for ``work`` until ``deadline`` (time.monotonic), or ``timeout_s`` from now."""
+        remaining = self.timeout_s if deadline is None else deadline - time.monotonic()
         try:
-            work.wait(timedelta(seconds=self.timeout_s))
+            if remaining <= 0:
+                raise TimeoutError("no time left before the deadline")
+            work.wait(timedelta(seconds=remaining))
         except Exception as e:  # noqa: BLE001 - every transport error means the same here
             first = str(e).splitlines()[0] if str(e) else ""
             raise CommschedError(

@@ -99,7 +99,9 @@ def _contention(model: nn.Module, inputs: tuple, loss_fn, cluster: ClusterSpec, 
     compute_slowdown: forward+backward time with an all-reduce in flight throughout (a message whose
     all-reduce outlasts the compute) over its time alone, minus 1. comm_slowdown: the time of an
     all-reduce that runs entirely during compute (a message needing about a third of the compute
-    time) over the same all-reduce alone, minus 1. Medians over ``iters``; both clipped at 0.
+    time) over the same all-reduce alone, minus 1; its end is stamped by a completion callback, which
+    can run a little late when it waits for the GIL, so comm_slowdown errs high if anything. Medians
+    over ``iters``; both clipped at 0.
     """
     m = copy.deepcopy(model)
 
@@ -137,10 +139,10 @@ def _contention(model: nn.Module, inputs: tuple, loss_fn, cluster: ClusterSpec, 
         done: list[float] = []
         t0 = time.perf_counter()
         work = dist.all_reduce(short_msg, async_op=True)
-        work.get_future().then(lambda _f: done.append(time.perf_counter()))
+        stamped = work.get_future().then(lambda _f: done.append(time.perf_counter()))
         compute()
-        work.wait()
-        comm_under_compute.append((done[0] if done else time.perf_counter()) - t0)
+        stamped.wait()  # the callback has run: its timestamp, not the end of compute, ends the all-reduce
+        comm_under_compute.append(done[0] - t0)
     alone = statistics.median(alone_t)
     return {
         "compute_alone_s": alone,

@@ -13,14 +13,14 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import common
 from commsched.runtime.lifecycle import end_process_group
 
-MODE = sys.argv[1]  # plain | no_sync | frozen | unused | bf16 | fp16
+MODE = sys.argv[1]  # plain | no_sync | no_sync_unused | forward_in_no_sync | frozen | unused | bf16 | fp16
 STEPS = 20
 STRATEGIES = ["wfbp", "synceasgd", "ddp", "ddp-small", "horovod", "horovod-legacy", "mgwfbp", "adafusion", "optimal"]
 
 
 def make(seed: int = 0) -> nn.Module:
     torch.manual_seed(seed)
-    m = common.Net(frozen=MODE == "frozen", branch=MODE == "unused")
+    m = common.Net(frozen=MODE == "frozen", branch=MODE in ("unused", "no_sync_unused"))
     if MODE == "bf16":
         m = m.to(torch.bfloat16)
     if MODE == "fp16":
@@ -41,6 +41,21 @@ def train(wrapped: nn.Module, params, rank: int) -> None:
                 loss_fn(wrapped(x).float(), y).backward()
             x2, y2 = common.batch(rank, step + 100)
             loss_fn(wrapped(x2).float(), y2).backward()
+        elif MODE == "no_sync_unused":
+            # the extra branch is used only in the no_sync micro-batch (rank 0 at even steps, every
+            # rank at steps divisible by 3): its accumulated gradient must still be reduced
+            use = (rank == 0 and step % 2 == 0) or step % 3 == 0
+            with wrapped.no_sync():
+                loss_fn(wrapped(x, use_extra=use).float(), y).backward()
+            x2, y2 = common.batch(rank, step + 100)
+            loss_fn(wrapped(x2).float(), y2).backward()
+        elif MODE == "forward_in_no_sync":
+            # the forward decides, as with DDP: this backward runs outside no_sync but does not reduce
+            with wrapped.no_sync():
+                loss = loss_fn(wrapped(x).float(), y)
+            loss.backward()
+            x2, y2 = common.batch(rank, step + 100)
+            loss_fn(wrapped(x2).float(), y2).backward()
         elif MODE == "unused":
             # the extra branch is used on rank 0 at even steps only: locally and globally unused steps
             use = rank == 0 and step % 2 == 0
@@ -56,7 +71,8 @@ def main() -> None:
     rank, world = common.init()
     plans = common.plans_for(make(), STRATEGIES)
     ref = make()
-    ddp = DDP(ref, find_unused_parameters=MODE == "unused")
+    unused = MODE in ("unused", "no_sync_unused")
+    ddp = DDP(ref, find_unused_parameters=unused)
     train(ddp, [p for p in ref.parameters() if p.requires_grad], rank)
 
     calls: list[int] = []
@@ -70,13 +86,13 @@ def main() -> None:
     out = {}
     for name, plan in plans.items():
         model = make()
-        dp = DataParallel(model, plan, find_unused_parameters=MODE == "unused")
+        dp = DataParallel(model, plan, find_unused_parameters=unused)
         calls.clear()
         train(dp, [p for p in model.parameters() if p.requires_grad], rank)
         per_step = len(calls) // STEPS
         params = {n: p for n, p in model.named_parameters()}
         expected = [sum(params[t].numel() for t in b.tensors) for b in plan.buckets]
-        if MODE == "unused":
+        if unused:
             expected.append(len(params))  # the used-parameter flags, one all-reduce per step
         out[name] = {
             "max_rel_diff": common.max_rel_diff(model, ref),
