@@ -34,3 +34,24 @@ def test_a_kept_gradient_is_not_changed_by_the_next_step():
     for doc in _docs("kept_grad"):
         assert doc["max_rel_diff"] <= 1e-6, doc  # zero_grad(set_to_none=False) matches DDP
         assert not doc["kept_changed"] and doc["fresh_grad_tensor"], doc
+
+
+def test_a_collective_after_drain_pairs_with_the_same_collective_on_every_rank():
+    for doc in _docs("collective_after_failure"):
+        for mode in ("serialize=True", "serialize=False"):
+            assert doc[mode] == [3.0] * 4, (mode, doc)
+
+
+def test_reentrant_checkpointing_and_a_second_backward_are_clear_errors():
+    for doc in _docs("unsupported"):
+        assert "use_reentrant=False" in doc["reentrant find_unused=True"], doc
+        assert "reentrant" in doc["reentrant find_unused=False"], doc
+        assert "second backward" in doc["second backward"], doc
+        assert doc["non-reentrant grad diff"] <= 1e-6, doc
+
+
+def test_buffer_sync_and_interleaved_no_sync_forwards_follow_ddp():
+    docs = _docs("ddp_rules")
+    for doc in docs:
+        assert doc["eval_out_diff"] <= 1e-6 and doc["max_rel_diff"] <= 1e-6, doc
+    assert docs[0]["eval_out"] == docs[1]["eval_out"]  # rank 0's buffers everywhere, as with DDP

@@ -18,9 +18,11 @@
   ``gradient_as_bucket_view=False``, so a gradient the caller keeps is not changed by the next step.
   The optimizer step that follows sees world-averaged gradients.
 
-Also handled: ``no_sync()`` for gradient accumulation: as with DDP, the forward decides (a backward
-whose forward ran inside the context does not reduce), gradients accumulate locally and the next
-synchronised backward reduces the sum; frozen parameters (not in the plan, never reduced);
+Also handled: ``no_sync()`` for gradient accumulation, with DDP's rules: a forward outside the
+context arms the step, its backward reduces (even when run inside the context, or after a no_sync
+forward in between), a backward of a forward inside the context only accumulates locally, and the
+next synchronised backward reduces the sum; buffers are broadcast before a forward when the
+previous forward was a synchronised training one (so also before an evaluation forward); frozen parameters (not in the plan, never reduced);
 parameters unused in a step: with ``find_unused_parameters=True`` (as with DDP) a rank that did not
 use a parameter contributes its gradient if it has one (accumulated in no_sync micro-batches) and
 zeros otherwise, a parameter no rank used since the last synchronised step keeps its ``.grad``
@@ -29,10 +31,16 @@ buckets after an incomplete one wait until backward ends; with the default ``Fal
 parameter is a CommschedError at the end of that backward; any gradient dtype (one flat buffer per
 dtype within a bucket, so fp16/bf16 gradients are reduced in their own dtype).
 
-A backward that fails part-way (an exception in the model's backward, or a CommschedError) leaves
-no state behind: the next forward launches and awaits every complete bucket at the front of the
-plan (so all ranks that failed alike have issued the same collectives, whatever the timing) and
-starts afresh; completion callbacks of that step are ignored.
+A backward that fails part-way (an exception in the model's backward, or a CommschedError) is
+drained by the next forward, or by :meth:`DataParallel.drain`, which must come first if other
+collectives are issued before that forward (on gloo, completion callbacks may still be launching
+that step's buckets): every complete bucket at the front of the plan is launched and awaited (so
+all ranks that failed alike have issued the same collectives, whatever the timing), and the next
+step starts afresh; completion callbacks of the failed step are ignored.
+
+Not supported, with a clear error: reentrant activation checkpointing (``use_reentrant=True``; the
+non-reentrant kind works) and a second backward over one forward (after the first one's end of
+backward, a further gradient raises CommschedError instead of being silently left unreduced).
 
 Each synchronised step can be recorded (``record=True``): per-tensor ready times and per-bucket
 all-reduce start/end, as a :class:`StepRecord`, convertible to the simulator's Timeline.
@@ -167,9 +175,10 @@ def check_plan_fits(plan: Plan, params: dict[str, nn.Parameter]) -> None:
 class DataParallel(nn.Module):
     """Data-parallel training with a commsched plan's buckets (see the module docstring).
 
-    ``timeout_s`` bounds the wait for each all-reduce at the end of backward; when a peer rank dies,
-    the survivors raise CommschedError within about that time (or sooner, when the transport reports
-    the broken connection).
+    ``timeout_s`` is one deadline for all of a step's all-reduces (and the used-flag all-reduce) at
+    the end of backward, and for each set-up or drain wait: when a peer rank dies, the survivors raise
+    CommschedError within about that time (or sooner, when the transport reports the broken
+    connection). Give a large model on a slow network enough: every bucket must finish within it.
     """
 
     def __init__(
@@ -208,6 +217,7 @@ class DataParallel(nn.Module):
         self._broadcast([p.detach() for p in module.parameters()] + list(module.buffers()))  # rank 0's state, as DDP
         self._build_buckets(plan, params)
         self._sync_enabled = True
+        self._require_forward_param_sync = True  # DDP's rule for syncing buffers before a forward
         self.records: list[StepRecord] = []
         self._generation = 0
         self._used_since_sync = [False] * len(self._slots)
@@ -275,7 +285,10 @@ class DataParallel(nn.Module):
     def _reset_step(self) -> None:
         with self._cv:
             self._generation += 1  # completion callbacks of earlier steps now do nothing
-        self._sync_this_step = self._sync_enabled  # decided at forward, as DDP does
+        # as DDP's reducer: armed by a synchronised forward, disarmed when its backward ends; a no_sync
+        # forward in between leaves it armed, and the backward of an armed step reduces
+        self._armed = False
+        self._finished = False  # this step's end of backward has run: a later gradient is an error
         self._written = [False] * len(self._slots)
         self._pending = list(self._bucket_sizes)
         self._next_launch = 0
@@ -325,16 +338,34 @@ class DataParallel(nn.Module):
                     w.wait(timedelta(seconds=max(0.001, deadline - time.monotonic())))
 
     def forward(self, *args, **kwargs):
-        if torch.is_grad_enabled():  # a no_grad forward (evaluation) does not start a step, as in DDP
-            self._drain()
-            self._reset_step()
-            if self.broadcast_buffers and self._sync_this_step:
-                buffers = list(self.module.buffers())
-                if buffers and self.world_size > 1:
-                    self._broadcast(buffers)
+        grad_enabled = torch.is_grad_enabled()  # a no_grad forward (evaluation) starts no step, as in DDP
+        if grad_enabled:
+            if self._sync_enabled or self._callback_queued:
+                # a new synchronised step, or a backward that failed part-way before this forward
+                self._drain()
+                self._reset_step()
+            self._finished = False
+        if self.broadcast_buffers and self._require_forward_param_sync and self.world_size > 1:
+            buffers = list(self.module.buffers())
+            if buffers:
+                self._broadcast(buffers)
         out = self.module(*args, **kwargs)
-        self._forward_end = time.perf_counter() - self._t0
+        if grad_enabled and self._sync_enabled:
+            self._forward_end = time.perf_counter() - self._t0
+            self._armed = True
+        # DDP syncs buffers before a forward when the previous forward was a synchronised training one
+        self._require_forward_param_sync = grad_enabled and self._sync_enabled
         return out
+
+    def drain(self) -> None:
+        """After catching an exception from a backward, call this before any other collective.
+
+        On gloo the completion callbacks of that step's all-reduces may still be launching its
+        remaining complete buckets; a collective issued meanwhile could be paired with one of them on
+        another rank. The next forward drains anyway; this is for collectives in between.
+        """
+        self._drain()
+        self._reset_step()
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
@@ -349,7 +380,14 @@ class DataParallel(nn.Module):
 
     def _make_hook(self, i: int):
         def hook(param: torch.Tensor) -> None:
-            if not self._sync_this_step:
+            if self._finished:
+                raise CommschedError(
+                    f"parameter {self._slots[i].name!r} got a gradient after this step's end of backward had "
+                    f"already reduced the buckets: reentrant activation checkpointing (use "
+                    f"torch.utils.checkpoint with use_reentrant=False) or a second backward over one forward "
+                    f"is not supported"
+                )
+            if not self._armed:
                 # remembered until the next synchronised backward: a parameter used only in no_sync
                 # micro-batches still has a gradient to reduce (DDP's local_used_map does the same)
                 self._used_since_sync[i] = True
@@ -364,8 +402,8 @@ class DataParallel(nn.Module):
             torch.autograd.Variable._execution_engine.queue_callback(self._finish)
         if self._written[i]:
             raise CommschedError(
-                f"parameter {self._slots[i].name!r} received its gradient twice in one backward "
-                f"(reentrant checkpointing or a second backward without an optimizer step?)"
+                f"parameter {self._slots[i].name!r} received its gradient twice in one step "
+                f"(reentrant activation checkpointing, or a second backward without a new forward?)"
             )
         self._written[i] = True
         s = self._slots[i]
@@ -426,12 +464,15 @@ class DataParallel(nn.Module):
 
     def _finish(self) -> None:
         """End of backward: launch what is left (unused parameters reduce zeros), wait, copy back."""
+        self._finished = True
         try:
             unused = [i for i, w in enumerate(self._written) if not w]
             if unused and not self.find_unused_parameters:
                 raise CommschedError(
                     f"rank {self.rank}: parameter {self._slots[unused[0]].name!r} (and {len(unused) - 1} more) got no "
-                    f"gradient in this backward; pass find_unused_parameters=True to DataParallel"
+                    f"gradient in this backward; if some parameters are really unused in a step, pass "
+                    f"find_unused_parameters=True to DataParallel; reentrant activation checkpointing "
+                    f"(use_reentrant=True) is not supported either way"
                 )
             used = None
             if self.find_unused_parameters:
@@ -500,6 +541,7 @@ class DataParallel(nn.Module):
                 )
         finally:
             self._callback_queued = False
+            self._armed = False
             self._used_since_sync = [False] * len(self._slots)
 
     def _wait(self, work, what: str, deadline: float | None = None) -> None:

@@ -27,7 +27,7 @@ from commsched.runtime.data_parallel import DataParallel, trainable_parameters
 from commsched.runtime.lifecycle import end_process_group
 from commsched.types import Bucket, Plan
 
-CASE = sys.argv[1]
+CASE = sys.argv[1] if len(sys.argv) > 1 else ""
 
 
 def one_tensor_per_bucket(model: nn.Module) -> Plan:
@@ -208,10 +208,163 @@ def kept_grad(rank: int) -> dict:
     }
 
 
+class Boom(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError("injected backward failure")
+
+
+class Three(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.l1, self.l2, self.l3 = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x, fail: bool = False):
+        h = self.l1(x)
+        if fail:
+            h = Boom.apply(h)
+        return self.l3(torch.relu(self.l2(torch.relu(h))))
+
+
+def collective_after_failure(rank: int) -> dict:
+    """After a failed backward, drain() then a collective of the caller's own: it must pair with the
+    same collective on the other rank, not with a late bucket of the failed step (rank 1 is late)."""
+    import time
+
+    out = {}
+    for serialize in (True, False):
+        torch.manual_seed(0)
+        m = Three()
+        dp = DataParallel(m, one_tensor_per_bucket(m), serialize=serialize, timeout_s=30)
+        x = torch.randn(2, 4)
+        loss = dp(x, fail=True).sum()
+        if rank == 1:
+            time.sleep(0.5)
+        try:
+            loss.backward()
+        except RuntimeError:
+            dp.drain()
+        if rank == 1:
+            time.sleep(0.3)
+        flag = torch.full((4,), float(rank + 1))  # the size of a bias bucket, so a wrong pairing is silent
+        dist.all_reduce(flag)
+        dp(x).sum().backward()  # and training goes on
+        out[f"serialize={serialize}"] = flag.tolist()
+    return out
+
+
+def unsupported(rank: int) -> dict:
+    """Reentrant checkpointing and a second backward over one forward raise CommschedError (not a
+    silently wrong gradient); non-reentrant checkpointing gives the averaged gradient."""
+    from torch.utils.checkpoint import checkpoint
+
+    class Ckpt(nn.Module):
+        def __init__(self, reentrant: bool) -> None:
+            super().__init__()
+            self.a, self.b, self.reentrant = nn.Linear(4, 4), nn.Linear(4, 1), reentrant
+
+        def forward(self, x):
+            return checkpoint(self.b, torch.relu(self.a(x)), use_reentrant=self.reentrant)
+
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(rank))
+    out = {}
+    for find_unused in (True, False):
+        torch.manual_seed(0)
+        m = Ckpt(reentrant=True)
+        dp = DataParallel(m, one_tensor_per_bucket(m), find_unused_parameters=find_unused, timeout_s=30)
+        try:
+            dp(x).sum().backward()
+            out[f"reentrant find_unused={find_unused}"] = "no error"
+        except CommschedError as e:
+            out[f"reentrant find_unused={find_unused}"] = str(e)
+            dp.drain()  # before the next collectives (DDP's set-up below), as documented
+    # the reference is the local gradient averaged by hand: stock DDP in torch 2.14 leaves the
+    # gradients of this model unreduced (seen here: each rank kept its local gradient)
+    torch.manual_seed(0)
+    ref = Ckpt(reentrant=False)
+    ref(x).sum().backward()
+    for p in ref.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= dist.get_world_size()
+    torch.manual_seed(0)
+    m = Ckpt(reentrant=False)
+    DataParallel(m, one_tensor_per_bucket(m), timeout_s=30)(x).sum().backward()
+    out["non-reentrant grad diff"] = max((p.grad - q.grad).abs().max().item() for p, q in zip(m.parameters(), ref.parameters()))
+
+    class TwoHeads(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body, self.h1, self.h2 = nn.Linear(4, 4), nn.Linear(4, 1), nn.Linear(4, 1)
+
+        def forward(self, x):
+            h = self.body(x)
+            return self.h1(h), self.h2(h)
+
+    torch.manual_seed(0)
+    m = TwoHeads()
+    dp = DataParallel(m, one_tensor_per_bucket(m), find_unused_parameters=True, timeout_s=30)
+    a, b = dp(x)
+    a.sum().backward(retain_graph=True)
+    try:
+        b.sum().backward()
+        out["second backward"] = "no error"
+    except CommschedError as e:
+        out["second backward"] = str(e)
+    dp.drain()
+    return out
+
+
+def ddp_rules(rank: int) -> dict:
+    """Buffers synced before an evaluation forward, and a no_sync forward between a synchronised
+    forward and its backward, exactly as stock DDP does them."""
+
+    def make():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Linear(4, 1))
+
+    def run(wrap):
+        m = make()
+        w = wrap(m)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        for step in range(5):  # the last step has no diagnostic pass: the eval forward syncs buffers
+            g = torch.Generator().manual_seed(10 * step + rank)
+            x = torch.randn(8, 4, generator=g) * (1 + 5 * rank)  # ranks see different data
+            opt.zero_grad(set_to_none=True)
+            loss = w(x).sum()
+            if step % 2:
+                with w.no_sync():
+                    w(x * 2).sum()  # a diagnostic pass, never backpropagated
+            loss.backward()
+            opt.step()
+        w.eval()
+        with torch.no_grad():
+            return w(torch.ones(2, 4)), m
+
+    out_ref, ref = run(lambda m: DDP(m))
+    out_dp, m = run(lambda m: DataParallel(m, one_tensor_per_bucket(m), timeout_s=30))
+    return {
+        "eval_out_diff": (out_ref - out_dp).abs().max().item(),
+        "max_rel_diff": common.max_rel_diff(m, ref),
+        "eval_out": out_dp.flatten().tolist(),
+    }
+
+
 def main() -> None:
     rank, _ = common.init()
     try:
-        doc = {"failed_backward": failed_backward, "inline_futures": inline_futures, "kept_grad": kept_grad}[CASE](rank)
+        cases = {
+            "failed_backward": failed_backward,
+            "inline_futures": inline_futures,
+            "kept_grad": kept_grad,
+            "collective_after_failure": collective_after_failure,
+            "unsupported": unsupported,
+            "ddp_rules": ddp_rules,
+        }
+        doc = cases[CASE](rank)
     except Exception:  # noqa: BLE001 - reported, then the test fails on it
         common.emit({"rank": rank, "crash": traceback.format_exc()})
         end_process_group(clean=False)
