@@ -9,10 +9,15 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 from commsched.cost.cluster import preset
-from commsched.cost.models import Piecewise
+from commsched.cost.models import Piecewise, Table
+from commsched.io import write_json, profile_to_json
 from commsched.planners import MGWFBP, STRATEGIES, Optimal
 from commsched.profile.zoo_profile import zoo_profile
 from commsched.scale import expand_workers, sweep
@@ -64,6 +69,9 @@ def main() -> None:
     cluster = preset("v100-10gbe")
     cost = cluster.allreduce
     piecewise = Piecewise(2e-6, 5e-5, 8e-10, 1e-4, 45_000)  # OSF Eq. 18 shape, for the general path
+    # the same curve as measured points (a bench-comm-like table): the general path with interpolation
+    grid = [2**k for k in range(2, 31)]
+    table = Table(tuple(grid), tuple(piecewise.time_s(b) for b in grid))
     d201 = zoo_profile("densenet201", 64, "V100")
     r152 = zoo_profile("resnet152", 128, "V100")
     syn = synthetic(20_000, r152)
@@ -77,6 +85,7 @@ def main() -> None:
     report("optimal, synthetic 20,000 tensors, piecewise", timed(lambda: Optimal().ends(syn, piecewise), max(3, r // 4)), "-")
     report("optimal, 20,000 tensors all ready at once, alpha-beta", timed(lambda: Optimal().ends(adv, cost), max(3, r // 4)), "-")
     report("optimal, 20,000 tensors all ready at once, piecewise (worst case)", timed(lambda: Optimal().ends(adv, piecewise), 3), "-")
+    report("optimal, 20,000 tensors all ready at once, table (worst case)", timed(lambda: Optimal().ends(adv, table), 3), "-")
     profiles = {m: zoo_profile(m, 32, "K80") for m in SCALE_MODELS}
     workers = expand_workers("4,8,...,2048")
     planners = list(STRATEGIES.values())
@@ -86,6 +95,19 @@ def main() -> None:
         timed(lambda: sweep(profiles, k80, workers, planners), max(3, r // 4)),
         "< 5 s",
     )
+    # The same sweep as a user runs it: a fresh `commsched scale` process reading the 10 profiles
+    # from files, simulating, writing the CSV and plotting the PNG.
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "commsched", "scale", "--cluster", "k80-10gbe", "--workers", "4,8,...,2048", "--out", tmp]
+        for name, prof in profiles.items():
+            path = Path(tmp) / f"{name}.json"
+            write_json(path, profile_to_json(prof))
+            cmd += ["--profile", str(path)]
+        report(
+            "the same sweep end to end: `commsched scale --profile ...` (process start, CSV, PNG)",
+            timed(lambda: subprocess.run(cmd, check=True, capture_output=True), 3),
+            "-",
+        )
 
 
 if __name__ == "__main__":

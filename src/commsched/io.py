@@ -88,13 +88,18 @@ def profile_from_json(doc: object, where: str = "profile") -> ModelProfile:
                 backward_s=float(_field(t, "backward_s", (int, float), w)),  # type: ignore[arg-type]
             )
         )
+    forward_s = float(_field(doc, "forward_s", (int, float), where))  # type: ignore[arg-type]
+    if forward_s == 0:
+        # a per-tensor backward_s of 0 is real (gradients that become ready together), a forward
+        # pass that takes no time is not: a profile saying so was not measured or estimated
+        raise CommschedError(f"{where}: forward_s must be > 0 seconds, got 0")
     try:
         return ModelProfile(
             model=str(_field(doc, "model", str, where)),
             batch_size=_field(doc, "batch_size", int, where),  # type: ignore[arg-type]
             device=str(doc.get("device", "")),
             source=doc.get("source", "measured"),  # type: ignore[arg-type]
-            forward_s=float(_field(doc, "forward_s", (int, float), where)),  # type: ignore[arg-type]
+            forward_s=forward_s,
             tensors=tuple(tensors),
             optimizer_s=float(_field(doc, "optimizer_s", (int, float), where)) if "optimizer_s" in doc else 0.0,  # type: ignore[arg-type]
         )

@@ -156,3 +156,16 @@ def test_unknown_strategy():
         DDP(cap_bytes=0)
     with pytest.raises(CommschedError):
         Horovod(cycle_s=0.0)
+
+
+def test_adafusion_eq17_with_the_piecewise_model_of_eq18():
+    """Eq. 17 decided on Eq. 18's two pieces, by hand. T(D) = 1e-4 log2(D) + 1e-3 below 1000 B,
+    1e-8 D + 2e-3 at and above it."""
+    from commsched.cost.models import Piecewise
+
+    cost = Piecewise(a1_s=1e-4, b1_s=1e-3, a2_s_per_byte=1e-8, b2_s=2e-3, threshold_bytes=1000)
+    # tensor 1 (log piece): T(300) + 1e-4 = 1.923 ms < T(100) + T(200) = 3.429 ms: fused.
+    # tensor 2 (linear piece): T(5300) + 10 ms = 12.05 ms >= T(300) + T(5000) = 3.873 ms: not fused.
+    assert sizes(make_plan(AdaFusion(), prof([(100, 0.0), (200, 1e-4), (5000, 1e-2)]), cost)) == [2, 1]
+    # the same with a short wait for tensor 2: T(5300) + 0.1 ms = 2.153 ms < 3.873 ms: fused.
+    assert sizes(make_plan(AdaFusion(), prof([(100, 0.0), (200, 1e-4), (5000, 1e-4)]), cost)) == [3]

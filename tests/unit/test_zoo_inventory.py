@@ -257,3 +257,17 @@ def test_bad_inputs_raise():
         example_input("bert_base", 1, 224)
     with pytest.raises(CommschedError, match="trainable"):
         inventory(nn.ReLU(), (torch.randn(2, 2),))
+
+
+@pytest.mark.parametrize("name", ["resnet18", "googlenet", "mobilenet_v2", "densenet121", "bert_small"])
+def test_meta_device_inventory_equals_the_cpu_one(name):
+    # zoo_profile inventories on the meta device for speed; the order, shapes and FLOPs must be the
+    # ones a real CPU backward gives (googlenet: aux heads; bert_small: post-norm layer order).
+    from commsched.profile.zoo_profile import zoo_inventory
+
+    size = IMAGE_SIZE.get(name, 64)
+    meta = zoo_inventory(name, image_size=size)
+    cpu = zoo_inventory(name, image_size=size, on_device="cpu")
+    assert meta == cpu
+    assert [t.name for t in meta.tensors] == [t.name for t in cpu.tensors]
+    assert meta.forward_flops > 0

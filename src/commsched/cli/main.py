@@ -265,9 +265,8 @@ def scale(
     horovod_threshold_mb, horovod_cycle_ms, workers_spec, algorithms, out_dir,
 ) -> None:
     """Predict scaling from few to thousands of workers, per strategy and all-reduce algorithm."""
-    from rich.progress import Progress
-
     from commsched.report.plots import scaling_png
+    from commsched.report.progress import progress
     from commsched.scale import expand_workers, sweep
 
     workers = expand_workers(workers_spec)
@@ -281,9 +280,8 @@ def scale(
     device = device or cluster.device or DEFAULT_DEVICE
     profiles = _profiles(profile_paths, _split(models) or ([] if profile_paths else [DEFAULT_MODEL]), batch_size, device, image_size, efficiency)
     total = len(profiles) * max(len(algos), 1) * len(workers) * len(planners)
-    with Progress(console=_err_console(), transient=True) as bar:
-        task = bar.add_task("simulating", total=total)
-        rows = sweep(profiles, cluster, workers, planners, algos or None, progress=lambda k: bar.advance(task, k))
+    with progress(True, "simulating", total) as bar:
+        rows = sweep(profiles, cluster, workers, planners, algos or None, progress=bar.advance)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "scale.csv", "w", newline="") as fh:

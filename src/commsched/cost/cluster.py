@@ -64,13 +64,23 @@ def cluster_from_json(doc: object) -> ClusterSpec:
     workers = doc.get("workers")
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise CommschedError(f"cluster workers must be a positive integer, got {workers!r}")
+    allreduce = cost_model_from_json(doc.get("allreduce"), workers)
+    if not any(allreduce.time_s(m) > 0 for m in _PROBE_BYTES):
+        raise CommschedError(
+            f"cluster all-reduce model {doc['allreduce'].get('model')!r} takes 0 s at every size "
+            f"(its time parameters are all 0); a measured or published all-reduce costs time"
+        )
     return ClusterSpec(
         name=str(doc.get("name", "cluster")),
         workers=workers,
-        allreduce=cost_model_from_json(doc.get("allreduce"), workers),
+        allreduce=allreduce,
         source=str(doc.get("source", "")),
         device=str(doc.get("device", "")),
     )
+
+
+# Sizes at which a cluster file's all-reduce must cost something (one byte to a gigabyte).
+_PROBE_BYTES = (1, 1 << 10, 1 << 20, 1 << 30)
 
 
 def ring_link_from_fit(a_s: float, b_s_per_byte: float, workers: int) -> LinkParams:

@@ -331,6 +331,8 @@ def cost_model_from_json(obj: object, workers: int) -> CostModel:
                 raise CommschedError(f"table sizes must be whole bytes, got {b!r}")
             if isinstance(s, bool) or not isinstance(s, (int, float)):
                 raise CommschedError(f"table times must be numbers of seconds, got {s!r}")
+            if s == 0:
+                raise CommschedError(f"table point at {b} bytes has a time of 0 s; a measured all-reduce takes time")
         return Table(tuple(p[0] for p in pts), tuple(float(p[1]) for p in pts))
     known = ", ".join(("alpha_beta", *ALGORITHMS, "piecewise", "table"))
     raise CommschedError(f"unknown allreduce model {kind!r}; choose from {known}")

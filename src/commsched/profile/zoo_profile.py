@@ -1,8 +1,12 @@
 """Estimated profiles of zoo models: build, inventory on the CPU at a small batch, scale (torch).
 
 The inventory is taken at batch 2 (BatchNorm needs more than one sample per channel in training
-mode) to keep CPU time low; :func:`~commsched.profile.estimate.estimate_profile` scales its FLOPs
-linearly to the requested batch.
+mode); :func:`~commsched.profile.estimate.estimate_profile` scales its FLOPs linearly to the
+requested batch. It runs on torch's ``meta`` device by default: an estimated profile needs shapes,
+FLOPs and the order of gradient readiness, all of which meta tensors give (the autograd engine runs
+the same graph in the same order, FlopCounterMode counts from shapes) without initialising or
+computing any values, which takes VGG-16 from ~2-4 s to ~0.03 s. A test pins that the meta
+inventory equals the CPU one for every zoo model.
 """
 
 from __future__ import annotations
@@ -20,16 +24,20 @@ INVENTORY_BATCH = 2
 SEED = 0
 
 
-def zoo_inventory(name: str, image_size: int | None = None, batch: int = INVENTORY_BATCH) -> ModelInventory:
-    """Inventory of zoo model ``name`` at ``batch`` samples (default image size when None).
+def zoo_inventory(
+    name: str, image_size: int | None = None, batch: int = INVENTORY_BATCH, on_device: str = "meta"
+) -> ModelInventory:
+    """Inventory of zoo model ``name`` at ``batch`` samples (default image size when None), run on
+    torch device ``on_device`` ("meta": shapes only, fast; "cpu": real values).
 
-    Weights are initialised under a forked RNG seeded with 0, so the result is deterministic and the
-    caller's global torch RNG state is left as it was.
+    On the CPU, weights are initialised under a forked RNG seeded with 0, so the result is
+    deterministic and the caller's global torch RNG state is left as it was.
     """
-    with torch.random.fork_rng(devices=[]):
+    inputs = example_input(name, batch, image_size)  # on the CPU: it validates batch and image size
+    with torch.random.fork_rng(devices=[]), torch.device(on_device):
         torch.manual_seed(SEED)
         model = build_model(name)
-        inputs = example_input(name, batch, image_size)
+        inputs = tuple(x.to(on_device) for x in inputs)
         return inventory(model, inputs, loss_fn=lambda out: training_loss(name, out), name=name)
 
 
