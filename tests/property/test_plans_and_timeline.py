@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from hypothesis import given
 from hypothesis import strategies as st
 
 from commsched.cost.cluster import ClusterSpec, cluster_from_json
+from commsched.errors import CommschedError
 from commsched.cost.models import ALGORITHMS, AlgorithmCost, LinkParams
 from commsched.io import plan_from_json, plan_to_json, profile_from_json, profile_to_json
 from commsched.planners import STRATEGIES, make_plan
@@ -72,4 +75,9 @@ def test_plan_json_round_trip(profile, cost, name):
 def test_cluster_json_round_trip(algo, workers, a, b, g, other_cost):
     for model in (AlgorithmCost(algo, LinkParams(a, b, g), workers), other_cost):
         c = ClusterSpec("c", workers, model)
-        assert cluster_from_json(json.loads(json.dumps(c.to_json()))).to_json() == c.to_json()
+        doc = json.loads(json.dumps(c.to_json()))
+        if workers > 1 and all(model.time_s(m) == 0 for m in (1, 1 << 10, 1 << 20, 1 << 30)):
+            with pytest.raises(CommschedError, match="takes 0 s at every size"):
+                cluster_from_json(doc)
+        else:
+            assert cluster_from_json(doc).to_json() == c.to_json()

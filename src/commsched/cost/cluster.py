@@ -65,10 +65,12 @@ def cluster_from_json(doc: object) -> ClusterSpec:
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise CommschedError(f"cluster workers must be a positive integer, got {workers!r}")
     allreduce = cost_model_from_json(doc.get("allreduce"), workers)
-    if not any(allreduce.time_s(m) > 0 for m in _PROBE_BYTES):
+    # One worker has nothing to reduce, so a free all-reduce is right there and only there.
+    if workers > 1 and not any(allreduce.time_s(m) > 0 for m in _PROBE_BYTES):
         raise CommschedError(
             f"cluster all-reduce model {doc['allreduce'].get('model')!r} takes 0 s at every size "
-            f"(its time parameters are all 0); a measured or published all-reduce costs time"
+            f"with {workers} workers (its time parameters are all 0); a measured or published "
+            f"all-reduce costs time"
         )
     return ClusterSpec(
         name=str(doc.get("name", "cluster")),
