@@ -52,7 +52,7 @@ def test_two_gloo_ranks_write_a_loadable_cluster(tmp_path):
     samples = doc["samples"]
     assert json.loads(samples_path.read_text()) == samples
     assert samples["backend"] == "gloo" and samples["world_size"] == 2
-    sizes, med = samples["sizes_bytes"], samples["median_s"]
+    sizes, med = samples["sizes_bytes"], samples["time_s"]
     assert sizes[0] == 4 and sizes[-1] == 4 << 20 and sizes == sorted(sizes)
     assert all(lo <= m <= hi for lo, m, hi in zip(samples["min_s"], med, samples["max_s"]))
     assert med[-1] > med[0]  # 4 MiB takes longer than 4 B
@@ -132,7 +132,7 @@ def test_comm_samples_validate_and_round_trip():
         CommSamples("gloo", 2, (8, 4), (1e-4, 1e-4), (1e-4, 1e-4), (1e-4, 1e-4))
     with pytest.raises(CommschedError, match="world_size"):
         CommSamples("gloo", 0, (4,), (1e-4,), (1e-4,), (1e-4,))
-    with pytest.raises(CommschedError, match="median_s at 4 bytes"):
+    with pytest.raises(CommschedError, match="time_s at 4 bytes"):
         CommSamples("gloo", 2, (4,), (float("nan"),), (1e-4,), (1e-4,))
     with pytest.raises(CommschedError, match="lack field"):
         CommSamples.from_json({"backend": "gloo"})

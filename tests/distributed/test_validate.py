@@ -27,6 +27,10 @@ def test_validate_end_to_end(tmp_path):
     for row in doc["strategies"].values():
         assert row["measured_s"] > 0 and row["iteration_s"] > 0 and row["buckets"] >= 1
         assert abs(row["error"] - (row["iteration_s"] / row["measured_s"] - 1)) < 1e-12
+    # predictions use the all-reduce times of buckets chained by the runtime; the barrier bench is beside them
+    assert doc["comm_samples"]["statistic"] == "mean" and doc["comm_samples"]["sizes_bytes"][-1] >= doc["profile"]["bytes"]
+    assert "chained by DataParallel" in doc["cluster"]["source"]
+    assert doc["barrier_bench"]["samples"]["statistic"] == "median" and doc["barrier_bench"]["cluster"]["workers"] == 2
     assert doc["contention"]["compute_slowdown"] >= 0 and doc["contention"]["comm_slowdown"] >= 0
     assert doc["stock_ddp"]["measured_s"] > 0 and "overhead_vs_stock_ddp" in doc
     b = doc["measured_breakdown"]
@@ -41,3 +45,15 @@ def test_validate_outside_torchrun_is_a_clear_error():
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     r = subprocess.run([sys.executable, "-m", "commsched", "validate"], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "torchrun" in r.stderr
+
+
+def test_runtime_allreduce_bench_times_each_size_as_a_bucket():
+    from tests.distributed.launch import results, run_workers
+
+    docs = results(run_workers("runtime_bench.py", []))
+    assert docs[0] == docs[1]  # the ranks combine their numbers, so all hold the same
+    d = docs[0]
+    assert d["statistic"] == "mean" and d["backend"] == "gloo" and d["world_size"] == 2
+    assert d["sizes_bytes"] == [4, 64, 4096, 1 << 20]
+    assert all(0 < lo <= t <= hi for lo, t, hi in zip(d["min_s"], d["time_s"], d["max_s"]))
+    assert d["time_s"][-1] > d["time_s"][0]  # 1 MiB takes longer than 4 B

@@ -48,27 +48,31 @@ FIT_CRITERION = "max_abs_rel_error"
 class CommSamples:
     """All-reduce times of one process group, one entry per message size (seconds, bytes).
 
-    ``median_s`` is the slowest rank's median over the timed repeats (each rank's median, then the
-    maximum over ranks: a collective ends for everyone only when it ends for the last rank);
-    ``min_s`` and ``max_s`` are the fastest and slowest single repeat on any rank, for the spread.
+    ``time_s`` is the slowest rank's ``statistic`` (``"median"`` or ``"mean"``) over the timed
+    repeats (each rank's statistic, then the maximum over ranks: a collective ends for everyone only
+    when it ends for the last rank); ``min_s`` and ``max_s`` are the fastest and slowest single
+    repeat on any rank, for the spread.
     """
 
     backend: str
     world_size: int
     sizes_bytes: tuple[int, ...]
-    median_s: tuple[float, ...]
+    time_s: tuple[float, ...]
     min_s: tuple[float, ...]
     max_s: tuple[float, ...]
+    statistic: str = "median"
 
     def __post_init__(self) -> None:
+        if self.statistic not in ("median", "mean"):
+            raise CommschedError(f"comm samples statistic must be 'median' or 'mean', got {self.statistic!r}")
         if not isinstance(self.backend, str) or not self.backend:
             raise CommschedError(f"comm samples backend must be a non-empty string, got {self.backend!r}")
         if isinstance(self.world_size, bool) or not isinstance(self.world_size, int) or self.world_size < 1:
             raise CommschedError(f"comm samples world_size must be a positive integer, got {self.world_size!r}")
-        for what in ("sizes_bytes", "median_s", "min_s", "max_s"):
+        for what in ("sizes_bytes", "time_s", "min_s", "max_s"):
             object.__setattr__(self, what, tuple(getattr(self, what)))
         n = len(self.sizes_bytes)
-        lengths = {what: len(getattr(self, what)) for what in ("median_s", "min_s", "max_s")}
+        lengths = {what: len(getattr(self, what)) for what in ("time_s", "min_s", "max_s")}
         if n == 0 or any(v != n for v in lengths.values()):
             raise CommschedError(f"comm samples need one time per size, got {n} sizes and {lengths}")
         for s in self.sizes_bytes:
@@ -76,11 +80,11 @@ class CommSamples:
                 raise CommschedError(f"comm sample sizes must be positive whole bytes, got {s!r}")
         if any(b <= a for a, b in zip(self.sizes_bytes, self.sizes_bytes[1:])):
             raise CommschedError(f"comm sample sizes must be strictly increasing, got {list(self.sizes_bytes)}")
-        for what in ("median_s", "min_s", "max_s"):
+        for what in ("time_s", "min_s", "max_s"):
             for size, t in zip(self.sizes_bytes, getattr(self, what)):
                 if isinstance(t, bool) or not isinstance(t, (int, float)) or not t >= 0 or t == float("inf"):
                     raise CommschedError(f"comm sample {what} at {size} bytes must be finite seconds >= 0, got {t!r}")
-        object.__setattr__(self, "median_s", tuple(float(t) for t in self.median_s))
+        object.__setattr__(self, "time_s", tuple(float(t) for t in self.time_s))
         object.__setattr__(self, "min_s", tuple(float(t) for t in self.min_s))
         object.__setattr__(self, "max_s", tuple(float(t) for t in self.max_s))
 
@@ -89,7 +93,8 @@ class CommSamples:
             "backend": self.backend,
             "world_size": self.world_size,
             "sizes_bytes": list(self.sizes_bytes),
-            "median_s": list(self.median_s),
+            "statistic": self.statistic,
+            "time_s": list(self.time_s),
             "min_s": list(self.min_s),
             "max_s": list(self.max_s),
         }
@@ -98,19 +103,20 @@ class CommSamples:
     def from_json(cls, doc: object) -> CommSamples:
         if not isinstance(doc, dict):
             raise CommschedError(f"comm samples must be a JSON object, got {type(doc).__name__}")
-        missing = [k for k in ("backend", "world_size", "sizes_bytes", "median_s", "min_s", "max_s") if k not in doc]
+        missing = [k for k in ("backend", "world_size", "sizes_bytes", "time_s", "min_s", "max_s") if k not in doc]
         if missing:
             raise CommschedError(f"comm samples lack field(s) {', '.join(missing)}")
-        for k in ("sizes_bytes", "median_s", "min_s", "max_s"):
+        for k in ("sizes_bytes", "time_s", "min_s", "max_s"):
             if not isinstance(doc[k], list):
                 raise CommschedError(f"comm samples field {k!r} must be a list, got {type(doc[k]).__name__}")
         return cls(
             backend=doc["backend"],
             world_size=doc["world_size"],
             sizes_bytes=tuple(doc["sizes_bytes"]),
-            median_s=tuple(doc["median_s"]),
+            time_s=tuple(doc["time_s"]),
             min_s=tuple(doc["min_s"]),
             max_s=tuple(doc["max_s"]),
+            statistic=doc.get("statistic", "median"),
         )
 
 
@@ -252,7 +258,7 @@ def bench_allreduce(
         backend=backend,
         world_size=world_size,
         sizes_bytes=tuple(sizes),
-        median_s=combined[0],
+        time_s=combined[0],
         min_s=combined[1],
         max_s=combined[2],
     )
@@ -265,7 +271,7 @@ def _fit_json(report: FitReport) -> dict:
 def fit_cluster(samples: CommSamples, name: str = "measured") -> tuple[ClusterSpec, dict]:
     """A cluster from measured all-reduce times: the better of alpha-beta and piecewise, and both fits.
 
-    Fits the medians with :func:`~commsched.cost.fit.fit_alpha_beta` (MG-WFBP Eq. 10) and
+    Fits ``samples.time_s`` with :func:`~commsched.cost.fit.fit_alpha_beta` (MG-WFBP Eq. 10) and
     :func:`~commsched.cost.fit.fit_piecewise_auto` (OSF Eq. 18, threshold picked from the samples)
     and keeps the one with the smaller worst relative error (``max_abs_rel_error``), alpha-beta on a
     tie, when there are too few sizes for the piecewise fit, or when the piecewise fit predicts a
@@ -280,9 +286,9 @@ def fit_cluster(samples: CommSamples, name: str = "measured") -> tuple[ClusterSp
     """
     if not isinstance(samples, CommSamples):
         raise CommschedError(f"fit_cluster needs CommSamples, got {type(samples).__name__}")
-    sizes, times = samples.sizes_bytes, samples.median_s
+    sizes, times = samples.sizes_bytes, samples.time_s
     if any(t <= 0 for t in times):
-        raise CommschedError(f"measured all-reduce medians must be > 0 seconds to fit, got {list(times)}")
+        raise CommschedError(f"measured all-reduce times must be > 0 seconds to fit, got {list(times)}")
     alpha_beta = fit_alpha_beta(sizes, times)
     report: dict = {
         "criterion": FIT_CRITERION,
@@ -310,7 +316,7 @@ def fit_cluster(samples: CommSamples, name: str = "measured") -> tuple[ClusterSp
         source=(
             f"measured by commsched.runtime.bench_comm: all_reduce on {samples.backend} with "
             f"{samples.world_size} ranks, {len(sizes)} sizes from {_human_bytes(sizes[0])} to "
-            f"{_human_bytes(sizes[-1])}, slowest rank's median; {chosen_name} fit chosen by "
+            f"{_human_bytes(sizes[-1])}, slowest rank's {samples.statistic}; {chosen_name} fit chosen by "
             f"{FIT_CRITERION} ({chosen.max_abs_rel_error:.1%})"
         ),
     )
@@ -327,7 +333,7 @@ def _summary(samples: CommSamples, cluster: ClusterSpec, report: dict) -> str:
         f"all-reduce on {samples.backend}, {samples.world_size} ranks (ms; median = slowest rank's median)",
         f"{'size':>10} {'median':>10} {'min':>10} {'max':>10} {'alpha-beta':>11} {'piecewise':>10}",
     ]
-    for size, med, lo, hi in zip(samples.sizes_bytes, samples.median_s, samples.min_s, samples.max_s):
+    for size, med, lo, hi in zip(samples.sizes_bytes, samples.time_s, samples.min_s, samples.max_s):
         pw_ms = f"{pw.time_s(size) * 1e3:10.4f}" if pw is not None else f"{'-':>10}"
         lines.append(
             f"{_human_bytes(size):>10} {med * 1e3:10.4f} {lo * 1e3:10.4f} {hi * 1e3:10.4f} "

@@ -5,7 +5,10 @@ Every rank, in lockstep:
 1. measures the model's profile (forward, per-tensor backward, optimizer step) inside training
    steps whose only all-reduce follows backward, all ranks at once so the measurement sees the same
    CPU sharing as training, then averages it over ranks;
-2. benchmarks all-reduce on the process group and fits a cluster model (alpha-beta or OSF Eq. 18);
+2. benchmarks all-reduce as the runtime issues it (:func:`bench_runtime_allreduce`: one bucket per
+   message size, each launched by DataParallel when the previous completes) and fits a cluster model
+   (alpha-beta or OSF Eq. 18) that predicts with; the barrier-separated benchmark of ``bench-comm``
+   is run and fitted too, and reported beside it;
 3. measures contention both ways: compute slowed by an all-reduce in flight, and an all-reduce slowed
    by compute, the simplest form of LIBRA's g(b, r) (:mod:`commsched.sim.contention`);
 4. plans every strategy and predicts its iteration time, with and without contention;
@@ -34,6 +37,7 @@ from commsched.errors import CommschedError
 from commsched.cost.models import AlphaBeta
 from commsched.planners import STRATEGIES, make_plan
 from commsched.planners.base import plan_and_timeline
+from commsched.runtime.bench_comm import CommSamples
 from commsched.sim.contention import simulate_contended
 from commsched.sim.timeline import ends_of_plan
 from commsched.types import ModelProfile, Plan, TensorSpec
@@ -52,6 +56,7 @@ class ValidationConfig:
     steps: int = 4  # timed steps per strategy per round, after one warm-up step
     profile_iters: int = 8
     comm_repeats: int = 7
+    comm_steps: int = 12  # timed steps of the runtime all-reduce benchmark, after two warm-up steps
     lr: float = 0.01
     out_dir: str = "out/validate"
 
@@ -156,6 +161,65 @@ def _contention(model: nn.Module, inputs: tuple, loss_fn, cluster: ClusterSpec, 
     }
 
 
+class _Messages(nn.Module):
+    """One parameter per message size; every gradient is ready at once (d loss / d p = x)."""
+
+    def __init__(self, sizes_bytes: tuple[int, ...]) -> None:
+        super().__init__()
+        self.messages = nn.ParameterList(nn.Parameter(torch.zeros(s // 4)) for s in sizes_bytes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return sum(p.sum() for p in self.messages) * x
+
+
+def bench_runtime_allreduce(sizes_bytes: tuple[int, ...], steps: int, warmup: int = 2) -> CommSamples:
+    """All-reduce times as :class:`~commsched.runtime.data_parallel.DataParallel` sees them.
+
+    Trains a module with one fp32 parameter per size under a WFBP plan (one bucket per parameter)
+    and takes each bucket's recorded start-to-end time. The buckets run back to back the way the
+    runtime chains them (on gloo the next is launched from the previous one's completion callback),
+    which is the cost a plan's buckets pay in training. On this project's CPU machines that cost
+    differs from ``bench-comm``'s barrier-separated single all-reduce: a gloo rank on one core
+    sometimes answers a small message at once and sometimes after a scheduler tick of a few
+    milliseconds, and which of the two a benchmark sees depends on how it waits, so a plan is
+    predicted from the runtime's own rhythm.
+
+    ``time_s`` holds, per size, the slowest rank's **mean** over ``steps`` steps (``statistic`` is
+    ``"mean"``: the times are bimodal, and a sum of many buckets costs the mean, not the median);
+    ``min_s``/``max_s`` the fastest and slowest single time on any rank. Every rank must call it
+    with the same arguments; every rank gets the same samples.
+    """
+    from commsched.planners import WFBP
+    from commsched.profile.measure import measure_profile
+    from commsched.runtime.data_parallel import DataParallel
+
+    sizes = tuple(sorted(set(sizes_bytes)))
+    if not sizes or any(s <= 0 or s % 4 for s in sizes):
+        raise CommschedError(f"runtime all-reduce sizes must be positive multiples of 4 bytes, got {list(sizes_bytes)}")
+    module = _Messages(sizes)
+    x = torch.ones(())
+    order = measure_profile(module, (x,), lambda out: out, name="messages", batch_size=1, warmup=0, iters=1)
+    dp = DataParallel(module, make_plan(WFBP(), order, _ZERO_COST), record=True)
+    for _ in range(warmup + steps):
+        for p in module.parameters():
+            p.grad = None
+        dp(x).backward()
+    per_size: dict[int, list[float]] = {s: [] for s in sizes}
+    for rec in dp.records[warmup:]:
+        for b, start, end in zip(rec.bucket_bytes, rec.bucket_start_s, rec.bucket_end_s):
+            per_size[b].append(end - start)
+    combined = []
+    for values, op in (
+        ([statistics.fmean(per_size[s]) for s in sizes], dist.ReduceOp.MAX),
+        ([min(per_size[s]) for s in sizes], dist.ReduceOp.MIN),
+        ([max(per_size[s]) for s in sizes], dist.ReduceOp.MAX),
+    ):
+        t = torch.tensor(values, dtype=torch.float64)
+        dist.all_reduce(t, op=op)
+        combined.append(tuple(t.tolist()))
+    return CommSamples(dist.get_backend(), dist.get_world_size(), sizes, *combined, statistic="mean")
+
+
 def _calibrate(order: ModelProfile, model: nn.Module, inputs: tuple, loss_fn, cfg: ValidationConfig) -> ModelProfile:
     """The compute profile as training sees it: steps of DataParallel with one all-reduce after
     backward (SyncEASGD's plan, so nothing overlaps the compute), recorded per tensor.
@@ -222,15 +286,31 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
     order = measure_profile(base, inputs, loss_fn, name=cfg.model, batch_size=cfg.batch_size, warmup=1, iters=2)
     profile = _mean_profile(_gather(_calibrate(order, base, inputs, loss_fn, cfg)))
 
-    say("2/5 benchmarking all-reduce")
-    max_bytes = 4 ** max(1, (profile.total_bytes * 2 - 1).bit_length() // 2 + 1)
-    samples = bench_allreduce(repeats=cfg.comm_repeats, max_bytes=min(max_bytes, 2**28), progress=rank == 0 and progress)
-    cluster, fit = fit_cluster(samples, name=f"measured-{world}x-{dist.get_backend()}")
+    say("2/5 benchmarking all-reduce: as the runtime chains buckets, and barrier-separated")
+    # up to the largest bucket any plan can have (SyncEASGD's: every gradient), at most 256 MiB
+    max_bytes = min(-(-profile.total_bytes // 4) * 4, 2**28)
+    # powers of two all the way (not bench-comm's powers of four above 1 MiB): buckets of 1-16 MiB are
+    # common, and with a gap there the piecewise fit's log piece once reached to 4 MiB and halved
+    # the predicted time of every 2-4 MB bucket; the largest size dominates the cost of the run anyway
+    sizes = tuple(1 << k for k in range(2, max_bytes.bit_length()) if 1 << k < max_bytes) + (max_bytes,)
+    runtime_samples = bench_runtime_allreduce(sizes, cfg.comm_steps)
+    cluster, fit = fit_cluster(runtime_samples, name=f"measured-{world}x-{dist.get_backend()}-runtime")
+    cluster = replace(
+        cluster,
+        source=(
+            f"measured by commsched validate: buckets of 4 B to {max_bytes} B chained by DataParallel "
+            f"over {cfg.comm_steps} steps; " + cluster.source.split(": ", 1)[1]
+        ),
+    )
+    barrier_samples = bench_allreduce(repeats=cfg.comm_repeats, max_bytes=max_bytes, progress=rank == 0 and progress)
+    barrier_cluster, barrier_fit = fit_cluster(barrier_samples, name=f"measured-{world}x-{dist.get_backend()}")
 
     say("3/5 measuring compute slowdown under a concurrent all-reduce")
     contention = _contention(base, inputs, loss_fn, cluster, max(5, cfg.profile_iters))
     # every rank must plan with the same numbers: take rank 0's
-    cluster, fit, contention = _broadcast_obj((cluster, fit, contention))
+    cluster, fit, contention, barrier_cluster, barrier_fit = _broadcast_obj(
+        (cluster, fit, contention, barrier_cluster, barrier_fit)
+    )
 
     say("4/5 planning and predicting every strategy")
     plans: dict[str, Plan] = {}
@@ -291,6 +371,8 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
         "profile": {"forward_s": profile.forward_s, "backward_s": profile.backward_s, "optimizer_s": profile.optimizer_s, "tensors": len(profile.tensors), "bytes": profile.total_bytes},
         "cluster": cluster.to_json(),
         "fit": fit,
+        "comm_samples": runtime_samples.to_json(),
+        "barrier_bench": {"cluster": barrier_cluster.to_json(), "fit": barrier_fit, "samples": barrier_samples.to_json()},
         "contention": contention,
         "stock_ddp": {"measured_s": stock_med, "measured_min_s": min(measured[STOCK]), "measured_max_s": max(measured[STOCK])},
         "strategies": rows,
