@@ -337,7 +337,7 @@ def emulate() -> None:
 @click.option("--model", default="resnet18", show_default=True, help="Zoo model.")
 @click.option("--batch-size", default=16, show_default=True, type=int)
 @click.option("--image-size", type=int, default=None)
-@click.option("--strategy", "strategies", multiple=True, help="Strategies to run (default all).")
+@click.option("--strategy", "strategies", multiple=True, help="Strategies to run (default all, and 'contended').")
 @click.option("--rounds", default=5, show_default=True, type=int, help="Interleaved rounds (A B C ... A B C ...).")
 @click.option("--steps", default=4, show_default=True, type=int, help="Timed steps per strategy per round.")
 @click.option("--out", "out_dir", default="out/validate", show_default=True)
@@ -346,6 +346,7 @@ def validate(model, batch_size, image_size, strategies, rounds, steps, out_dir) 
     import os
 
     from commsched.planners import planner
+    from commsched.planners.contended import Contended
 
     if "RANK" not in os.environ:
         raise CommschedError("validate runs one process per rank: torchrun --nproc_per_node=2 -m commsched validate ...")
@@ -353,7 +354,8 @@ def validate(model, batch_size, image_size, strategies, rounds, steps, out_dir) 
         _positive(what, v)
     names = _split(strategies)
     for n in names:
-        planner(n)
+        if n != Contended.name:  # validate's own: planned for the contention it measures
+            planner(n)
     import torch
     import torch.distributed as dist
 

@@ -11,12 +11,13 @@ Every rank, in lockstep:
    is run and fitted too, and reported beside it;
 3. measures contention both ways: compute slowed by an all-reduce in flight, and an all-reduce slowed
    by compute, the simplest form of LIBRA's g(b, r) (:mod:`commsched.sim.contention`);
-4. plans every strategy and predicts its iteration time, with and without contention;
+4. plans every strategy, and ``contended`` (:mod:`commsched.planners.contended`: planned for the
+   measured contention), and predicts each one's iteration time, with and without contention;
 5. trains with every strategy and with stock ``DistributedDataParallel``, interleaved round by round
    (A B C ... A B C ...), each from the same weights, and takes the median step time over rounds.
 
 Rank 0 prints predicted vs measured with the error, and the measured speedup over stock DDP, and
-writes ``validate.json``, ``validate.png`` and the measured timeline of the best strategy
+writes ``validate.json``, ``validate.png``, the measured profile (``profile.json``) and the measured timeline of the best strategy
 (``measured-trace.json``, ``measured-gantt.png``) to the output directory.
 """
 
@@ -37,12 +38,15 @@ from commsched.errors import CommschedError
 from commsched.cost.models import AlphaBeta
 from commsched.planners import STRATEGIES, make_plan
 from commsched.planners.base import plan_and_timeline
+from commsched.planners.contended import Contended
 from commsched.runtime.bench_comm import CommSamples
 from commsched.sim.contention import simulate_contended
 from commsched.sim.timeline import ends_of_plan
 from commsched.types import ModelProfile, Plan, TensorSpec
 
 STOCK = "torch-ddp"
+CONTENDED = "contended"  # planned for the measured contention (commsched.planners.contended)
+VALIDATE_STRATEGIES = (*STRATEGIES, CONTENDED)
 _ZERO_COST = AlphaBeta(0.0, 0.0)  # a plan whose layout does not depend on costs (SyncEASGD) needs none
 
 
@@ -51,7 +55,7 @@ class ValidationConfig:
     model: str
     batch_size: int
     image_size: int | None = None
-    strategies: tuple[str, ...] = tuple(STRATEGIES)
+    strategies: tuple[str, ...] = VALIDATE_STRATEGIES
     rounds: int = 5
     steps: int = 4  # timed steps per strategy per round, after one warm-up step
     profile_iters: int = 8
@@ -316,7 +320,10 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
     plans: dict[str, Plan] = {}
     predicted: dict[str, dict] = {}
     for name in cfg.strategies:
-        plan, tl = plan_and_timeline(STRATEGIES[name], profile, cluster.allreduce)
+        chosen = (
+            Contended(contention["compute_slowdown"], contention["comm_slowdown"]) if name == CONTENDED else STRATEGIES[name]
+        )
+        plan, tl = plan_and_timeline(chosen, profile, cluster.allreduce)
         plans[name] = plan
         contended = simulate_contended(
             profile, ends_of_plan(profile, plan), cluster.allreduce, contention["compute_slowdown"], contention["comm_slowdown"]
@@ -404,7 +411,7 @@ def _printer(enabled: bool):
 
 
 def _write(report: dict, dp, profile: ModelProfile, plan: Plan, cluster: ClusterSpec, contention: dict, out: Path) -> None:
-    from commsched.io import write_json
+    from commsched.io import profile_to_json, write_json
     from commsched.report.plots import gantt_png, validation_png
     from commsched.report.trace import chrome_trace
 
@@ -418,6 +425,7 @@ def _write(report: dict, dp, profile: ModelProfile, plan: Plan, cluster: Cluster
         timelines = {f"{plan.strategy} measured": rec.timeline(), f"{plan.strategy} predicted": predicted}
         write_json(out / "measured-trace.json", chrome_trace(timelines))
         gantt_png(timelines, out / "measured-gantt.png", title=f"{report['model']}: measured vs predicted step ({plan.strategy})")
+    write_json(out / "profile.json", profile_to_json(profile))
     write_json(out / "validate.json", report)
     validation_png(report, out / "validate.png")
 

@@ -42,9 +42,48 @@ def simulate_contended(
     slow_comm = _factor("comm_slowdown", comm_slowdown)
     check_ends(ends, len(profile.tensors))
     pb = prefix_bytes(profile)
-    n = len(profile.tensors)
-    work = [t.backward_s for t in profile.tensors]
-    t = profile.forward_s
+    starts, finishes, backward_end = _events(
+        profile.forward_s, [t.backward_s for t in profile.tensors], pb, ends, cost, slow_compute, slow_comm
+    )
+    spans = [Span("forward", "forward", 0.0, profile.forward_s), Span("backward", "backward", profile.forward_s, backward_end)]
+    comm = 0.0
+    for j, end in enumerate(ends):
+        start = ends[j - 1] if j else 0
+        nbytes = pb[end] - pb[start]
+        comm += finishes[j] - starts[j]
+        spans.append(Span("allreduce", f"bucket {j} ({end - start} tensors)", starts[j], finishes[j], nbytes))
+    last = finishes[-1]
+    if profile.optimizer_s > 0:
+        spans.append(Span("optimizer", "optimizer", last, last + profile.optimizer_s))
+    return Timeline(
+        spans=tuple(spans),
+        iteration_s=last + profile.optimizer_s,
+        compute_s=backward_end,
+        comm_s=comm,
+        non_overlapped_comm_s=last - backward_end,
+    )
+
+
+def contended_end_s(
+    forward_s: float,
+    work_s: Sequence[float],
+    prefix: Sequence[int],
+    ends: Sequence[int],
+    cost: CostModel,
+    slow_compute: float,
+    slow_comm: float,
+) -> float:
+    """End of the last all-reduce (the hot loop of the contention-aware planner); factors are 1 + slowdown.
+
+    ``prefix`` is :func:`~commsched.sim.timeline.prefix_bytes` of the profile; nothing is checked here.
+    """
+    return _events(forward_s, work_s, prefix, ends, cost, slow_compute, slow_comm)[1][-1]
+
+
+def _events(forward_s, work, pb, ends, cost, slow_compute, slow_comm):
+    """Bucket starts, bucket ends and the end of backward, by the event loop of the module docstring."""
+    n = len(work)
+    t = forward_s
     i, left = 0, work[0]  # tensor being computed and its remaining uncontended work
     queue: deque[int] = deque()  # buckets ready, waiting for the channel
     active, comm_left = -1, 0.0
@@ -81,20 +120,4 @@ def simulate_contended(
         if active >= 0 and comm_left <= 0.0:
             finishes[active] = t
             active = -1
-    spans = [Span("forward", "forward", 0.0, profile.forward_s), Span("backward", "backward", profile.forward_s, backward_end)]
-    comm = 0.0
-    for j, end in enumerate(ends):
-        start = ends[j - 1] if j else 0
-        nbytes = pb[end] - pb[start]
-        comm += finishes[j] - starts[j]
-        spans.append(Span("allreduce", f"bucket {j} ({end - start} tensors)", starts[j], finishes[j], nbytes))
-    last = finishes[-1]
-    if profile.optimizer_s > 0:
-        spans.append(Span("optimizer", "optimizer", last, last + profile.optimizer_s))
-    return Timeline(
-        spans=tuple(spans),
-        iteration_s=last + profile.optimizer_s,
-        compute_s=backward_end,
-        comm_s=comm,
-        non_overlapped_comm_s=last - backward_end,
-    )
+    return starts, finishes, backward_end

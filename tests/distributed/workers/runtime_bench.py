@@ -10,7 +10,7 @@ def main() -> None:
     from commsched.runtime.validate import bench_runtime_allreduce
 
     common.init()
-    samples = bench_runtime_allreduce((4096, 4, 1 << 20, 64), steps=3)
+    samples = bench_runtime_allreduce((4096, 4, 64 << 20, 64), steps=3)
     common.emit(samples.to_json())
     end_process_group(clean=True)
 
