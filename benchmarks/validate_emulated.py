@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
 import subprocess
 import sys
@@ -29,10 +30,11 @@ MODELS = {  # CPU-friendly sizes
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rate-mbit", default="2000")
-    ap.add_argument("--rounds", default="5")
-    ap.add_argument("--steps", default="4")
+    ap.add_argument("--rounds", default="12")
+    ap.add_argument("--steps", default="2")
     ap.add_argument("--out", default="out/bench")
     ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--report-only", action="store_true", help="summarise the validate.json files already in --out")
     args = ap.parse_args()
     reports = {}
     for model in args.models.split(","):
@@ -42,36 +44,55 @@ def main() -> None:
             "-m", "commsched", "validate", "--model", model, *MODELS[model],
             "--rounds", args.rounds, "--steps", args.steps, "--out", str(out),
         ]
-        print("$", " ".join(cmd[1:]), file=sys.stderr, flush=True)
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        if not args.report_only:
+            print("$", " ".join(cmd[1:]), file=sys.stderr, flush=True)
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         reports[model] = json.loads((out / "validate.json").read_text())
-    print("| model | strategy | buckets | predicted ms | measured ms (median [min, max]) | error |")
-    print("|---|---|---|---|---|---|")
+    print("| model | strategy | buckets | predicted ms | measured ms (median [min, max]) | error [95% interval] | error, numbers before run |")
+    print("|---|---|---|---|---|---|---|")
     for model, rep in reports.items():
         for name, r in sorted(rep["strategies"].items(), key=lambda kv: kv[1]["measured_s"]):
             print(
                 f"| {model} | {name} | {r['buckets']} | {r['iteration_s'] * 1e3:.1f} | "
-                f"{r['measured_s'] * 1e3:.1f} [{r['measured_min_s'] * 1e3:.1f}, {r['measured_max_s'] * 1e3:.1f}] | {r['error']:+.1%} |"
+                f"{r['measured_s'] * 1e3:.1f} [{r['measured_min_s'] * 1e3:.1f}, {r['measured_max_s'] * 1e3:.1f}] | "
+                f"{r['error']:+.1%} [{r['error_ci95'][0]:+.1%}, {r['error_ci95'][1]:+.1%}] | {r['error_before_run']:+.1%} |"
             )
         s = rep["stock_ddp"]
-        print(f"| {model} | stock DDP | - | - | {s['measured_s'] * 1e3:.1f} [{s['measured_min_s'] * 1e3:.1f}, {s['measured_max_s'] * 1e3:.1f}] | - |")
-    errors = [abs(r["error"]) for rep in reports.values() for r in rep["strategies"].values()]
-    print(f"\nprediction error over all models and strategies: median {statistics.median(errors):.1%}, worst {max(errors):.1%}")
+        print(f"| {model} | stock DDP | - | - | {s['measured_s'] * 1e3:.1f} [{s['measured_min_s'] * 1e3:.1f}, {s['measured_max_s'] * 1e3:.1f}] | - | - |")
+    rows = [r for rep in reports.values() for r in rep["strategies"].values()]
+    errors = [abs(r["error"]) for r in rows]
+    before = [abs(r["error_before_run"]) for r in rows]
+    inside = sum(lo <= 0 <= hi for lo, hi in (r["error_ci95"] for r in rows))
+    within = sum(-0.1 <= lo and hi <= 0.1 for lo, hi in (r["error_ci95"] for r in rows))
+    print(
+        f"\nprediction error over all models and strategies: median {statistics.median(errors):.1%}, worst {max(errors):.1%} "
+        f"(numbers before the run: median {statistics.median(before):.1%}, worst {max(before):.1%}); "
+        f"95% interval holds 0 in {inside}/{len(rows)}, lies within +-10% in {within}/{len(rows)}"
+    )
     for model, rep in reports.items():
         st = rep["strategies"]
-        best_base = min(st[k]["measured_s"] for k in ("ddp", "wfbp", "synceasgd"))
-        ddp = st["ddp"]["measured_s"]
+        base = min(("ddp", "wfbp", "synceasgd"), key=lambda k: st[k]["measured_s"])
         c = rep["contention"]
-        planned = ", ".join(
-            f"{name} {st[name]['measured_s'] * 1e3:.1f} ms ({best_base / st[name]['measured_s'] - 1:+.1%} vs the best of "
-            f"ddp/wfbp/synceasgd, {ddp / st[name]['measured_s'] - 1:+.1%} vs ddp)"
-            for name in ("optimal", "contended") if name in st
-        )
         print(
-            f"{model}: {planned}; commsched with DDP's buckets vs stock DDP {rep['overhead_vs_stock_ddp']:+.1%}; "
+            f"{model}: optimal {st['optimal']['measured_s'] * 1e3:.1f} ms, faster than {base} (the best of "
+            f"ddp/wfbp/synceasgd) by {speedup(st[base]['steps_s'], st['optimal']['steps_s'])}, than ddp by "
+            f"{speedup(st['ddp']['steps_s'], st['optimal']['steps_s'])}; commsched with DDP's buckets slower than stock "
+            f"DDP by {speedup(st['ddp']['steps_s'], rep['stock_ddp']['steps_s'])}; "
             f"contention: compute {c['compute_slowdown']:+.0%}, all-reduce {c['comm_slowdown']:+.0%}; "
             f"all-reduce fit: {rep['cluster']['allreduce']['model']}"
         )
+
+
+def speedup(slow: list[float], fast: list[float], resamples: int = 2000) -> str:
+    """median(slow) / median(fast) - 1 with a 95% bootstrap interval (steps resampled with replacement)."""
+    rng = random.Random(0)
+
+    def resample(xs):
+        return statistics.median(xs[rng.randrange(len(xs))] for _ in xs)
+
+    ratios = sorted(resample(slow) / resample(fast) - 1 for _ in range(resamples))
+    point = statistics.median(slow) / statistics.median(fast) - 1
+    return f"{point:+.1%} [{ratios[int(0.025 * resamples)]:+.1%}, {ratios[int(0.975 * resamples) - 1]:+.1%}]"
 
 if __name__ == "__main__":
     main()

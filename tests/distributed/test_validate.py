@@ -27,6 +27,18 @@ def test_validate_end_to_end(tmp_path):
     for row in doc["strategies"].values():
         assert row["measured_s"] > 0 and row["iteration_s"] > 0 and row["buckets"] >= 1
         assert abs(row["error"] - (row["iteration_s"] / row["measured_s"] - 1)) < 1e-12
+        assert abs(row["error_before_run"] - (row["predicted_before_run_s"] / row["measured_s"] - 1)) < 1e-12
+        lo, hi = row["error_ci95"]
+        assert lo <= hi
+    # predictions come from the profile steps and contention probes inside the rounds (one probe per
+    # round on each rank), plans from those measured before them (6 probes on each rank)
+    assert doc["contention"]["samples"] == 2 * 2 and doc["contention_before_run"]["samples"] == 2 * 6
+    assert doc["profile"]["tensors"] == doc["profile_before_run"]["tensors"] == 62
+    # optimal is planned for the contention measured before the run, and says so in its params
+    params = doc["plans"]["optimal"]["params"]
+    assert params["compute_slowdown"] == doc["contention_before_run"]["compute_slowdown"]
+    assert params["comm_slowdown"] == doc["contention_before_run"]["comm_slowdown"]
+    assert [len(b["tensors"]) for b in doc["plans"]["synceasgd"]["buckets"]] == [62]
     # predictions use the all-reduce times of buckets chained by the runtime; the barrier bench is beside them
     assert doc["comm_samples"]["statistic"] == "mean" and doc["comm_samples"]["sizes_bytes"][-1] >= doc["profile"]["bytes"]
     assert "chained by DataParallel" in doc["cluster"]["source"]

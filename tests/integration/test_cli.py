@@ -82,6 +82,17 @@ def test_bare_command_prints_help():
     assert r.returncode == 0 and "Usage" in r.stdout and "plan" in r.stdout
 
 
+def test_presets_lists_every_model_strategy_and_cluster():
+    from commsched.cost.cluster import PRESETS
+    from commsched.models.names import ZOO_MODELS
+    from commsched.planners import STRATEGIES
+
+    r = run("presets")
+    assert r.returncode == 0, r.stderr
+    for name in (*ZOO_MODELS, *STRATEGIES, *PRESETS):
+        assert name in r.stdout, name
+
+
 def test_strategy_options_change_the_plans():
     def plans(*extra):
         r = run("plan", "--profile", PROFILE, "--cluster", CLUSTER, "--json", *extra)
@@ -175,6 +186,7 @@ ERRORS = {
     "bad worker series": (lambda t: ["scale", "--profile", PROFILE, "--workers", "4,8,...,100"], "not in the series"),
     "wrong schema": (lambda t: ["plan", "--profile", CLUSTER], "schema"),
     "unknown option": (lambda t: ["plan", "--frobnicate"], "frobnicate"),
+    "image too small for the model": (lambda t: ["plan", "--model", "vgg16", "--image-size", "16"], "cannot train on an input of shape 2x3x16x16"),
     "infinite cycle": (lambda t: ["plan", "--profile", PROFILE, "--horovod-cycle-ms", "inf"], "--horovod-cycle-ms"),
     "infinite bucket": (lambda t: ["plan", "--profile", PROFILE, "--bucket-mb", "inf"], "--bucket-mb"),
     "nan threshold": (lambda t: ["plan", "--profile", PROFILE, "--horovod-threshold-mb", "nan"], "--horovod-threshold-mb"),

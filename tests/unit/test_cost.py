@@ -160,3 +160,18 @@ def test_fitted_model_cannot_be_rescaled_but_algorithm_models_can():
     c = PRESETS["v100-10gbe"].with_workers(64)
     assert isinstance(c.allreduce, AlgorithmCost) and c.workers == 64
     assert c.allreduce.alpha_beta.alpha_s > PRESETS["v100-10gbe"].allreduce.alpha_beta.alpha_s
+
+
+def test_emulated_cluster_preset_is_the_eq18_fit_of_its_stored_samples():
+    import json
+    from pathlib import Path
+
+    from commsched.cost.fit import fit_piecewise_auto
+
+    c = preset("emulated-2x2gbit-gloo")
+    assert isinstance(c.allreduce, Piecewise) and c.workers == 2 and "bench-comm" in c.source
+    doc = json.loads((Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "emulated-2x2gbit-gloo.json").read_text())
+    refit = fit_piecewise_auto(doc["samples"]["sizes_bytes"], doc["samples"]["time_s"]).model
+    assert refit.threshold_bytes == c.allreduce.threshold_bytes
+    for f in ("a1_s", "b1_s", "a2_s_per_byte", "b2_s"):
+        assert getattr(refit, f) == pytest.approx(getattr(c.allreduce, f), rel=1e-12), f

@@ -9,7 +9,7 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "commsched"
 PURE = ["cost", "sim", "planners", "scale", "report", "types.py", "errors.py", "io.py", "compare.py", "devices.py",
-        "profile/estimate.py", "profile/__init__.py", "models/__init__.py", "models/inventory_types.py"]
+        "profile/estimate.py", "profile/__init__.py", "models/__init__.py", "models/inventory_types.py", "models/names.py"]
 
 
 def test_pure_modules_have_no_torch_import_statement():

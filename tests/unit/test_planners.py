@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 
-from commsched.cost.models import AlphaBeta
+from commsched.cost.models import AlphaBeta, Table
 from commsched.errors import CommschedError
 from commsched.planners import DDP, MGWFBP, STRATEGIES, AdaFusion, Horovod, Optimal, make_plan, planner
 from commsched.planners.ddp import MIB
@@ -111,6 +111,16 @@ def test_mgwfbp_theorem_1_counterexample():
     opt = make_plan(Optimal(), p, cost)
     assert sizes(mg) == [2, 1] and mg.predicted.iteration_s == pytest.approx(10.0)
     assert sizes(opt) == [1, 2] and opt.predicted.iteration_s == pytest.approx(9.0)
+
+
+def test_mgwfbp_merges_by_the_saving_of_a_nonlinear_cost():
+    """With a cost that is not alpha-beta, Eq. 38's a is the saving of Eq. 17, T(p1) + T(p2) - T(p1 + p2).
+    Two 100-byte tensors ready at 1.0 and 1.5 s; the first all-reduce would start at 1.0 s, so the gap
+    is 0.5 s. T(100) = 1 s: T(200) = 1.2 s saves 0.8 s > 0.5 s (merge), T(200) = 1.7 s saves 0.3 s
+    (keep apart)."""
+    p = prof([(100, 1.0), (100, 0.5)])
+    assert MGWFBP().ends(p, Table((100, 200), (1.0, 1.2))) == (2,)
+    assert MGWFBP().ends(p, Table((100, 200), (1.0, 1.7))) == (1, 2)
 
 
 # --- horovod ---

@@ -259,7 +259,7 @@ def test_bad_inputs_raise():
         inventory(nn.ReLU(), (torch.randn(2, 2),))
 
 
-@pytest.mark.parametrize("name", ["resnet18", "googlenet", "mobilenet_v2", "densenet121", "bert_small"])
+@pytest.mark.parametrize("name", ZOO_MODELS)
 def test_meta_device_inventory_equals_the_cpu_one(name):
     # zoo_profile inventories on the meta device for speed; the order, shapes and FLOPs must be the
     # ones a real CPU backward gives (googlenet: aux heads; bert_small: post-norm layer order).

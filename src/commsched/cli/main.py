@@ -337,16 +337,15 @@ def emulate() -> None:
 @click.option("--model", default="resnet18", show_default=True, help="Zoo model.")
 @click.option("--batch-size", default=16, show_default=True, type=int)
 @click.option("--image-size", type=int, default=None)
-@click.option("--strategy", "strategies", multiple=True, help="Strategies to run (default all, and 'contended').")
-@click.option("--rounds", default=5, show_default=True, type=int, help="Interleaved rounds (A B C ... A B C ...).")
-@click.option("--steps", default=4, show_default=True, type=int, help="Timed steps per strategy per round.")
+@click.option("--strategy", "strategies", multiple=True, help="Strategies to run (default all; optimal is planned for the measured contention).")
+@click.option("--rounds", default=12, show_default=True, type=int, help="Interleaved rounds (A B C ... A B C ...).")
+@click.option("--steps", default=2, show_default=True, type=int, help="Timed steps per strategy per round.")
 @click.option("--out", "out_dir", default="out/validate", show_default=True)
 def validate(model, batch_size, image_size, strategies, rounds, steps, out_dir) -> None:
     """Under torchrun: profile, benchmark, predict, then train every strategy and compare with measurement."""
     import os
 
     from commsched.planners import planner
-    from commsched.planners.contended import Contended
 
     if "RANK" not in os.environ:
         raise CommschedError("validate runs one process per rank: torchrun --nproc_per_node=2 -m commsched validate ...")
@@ -354,8 +353,7 @@ def validate(model, batch_size, image_size, strategies, rounds, steps, out_dir) 
         _positive(what, v)
     names = _split(strategies)
     for n in names:
-        if n != Contended.name:  # validate's own: planned for the contention it measures
-            planner(n)
+        planner(n)
     import torch
     import torch.distributed as dist
 
@@ -386,15 +384,16 @@ def presets() -> None:
     from commsched.planners import STRATEGIES
 
     click.echo("strategies: " + ", ".join(STRATEGIES))
-    click.echo("models: resnet18 resnet50 resnet101 resnet152 vgg16 vgg19 alexnet googlenet densenet121 densenet161")
-    click.echo("        densenet201 inception_v3 mobilenet_v2 vit_b_16 bert_base bert_small")
+    from commsched.models.names import ZOO_MODELS
+
+    click.echo("models: " + ", ".join(ZOO_MODELS))
     click.echo(f"devices (efficiency c = {CALIBRATED_EFFICIENCY:.3f}):")
     for d in DEVICES.values():
         click.echo(f"  {d.name:10s} {d.peak_flops / 1e12:6.2f} TFLOP/s  {d.source}")
     click.echo("clusters:")
     for c in PRESETS.values():
-        click.echo(f"  {c.name:17s} {c.workers:3d} workers  {json.dumps(c.allreduce.to_json())}")
-        click.echo(f"  {'':17s} source: {c.source}")
+        click.echo(f"  {c.name:21s} {c.workers:3d} workers  {json.dumps(c.allreduce.to_json())}")
+        click.echo(f"  {'':21s} source: {c.source}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,10 +15,10 @@ from importlib import import_module
 from typing import Any
 
 from commsched.models.inventory_types import GradTensor, ModelInventory
+from commsched.models.names import ZOO_MODELS
 
 # Public name -> submodule that defines it; read-only, resolved lazily by __getattr__.
 _LAZY = {
-    "ZOO_MODELS": "commsched.models.zoo",
     "build_model": "commsched.models.zoo",
     "example_input": "commsched.models.zoo",
     "training_loss": "commsched.models.zoo",
@@ -26,7 +26,7 @@ _LAZY = {
     "sum_of_means": "commsched.models.inventory",
 }
 
-__all__ = ["GradTensor", "ModelInventory", *_LAZY]
+__all__ = ["GradTensor", "ModelInventory", "ZOO_MODELS", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:

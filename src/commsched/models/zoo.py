@@ -6,7 +6,8 @@ gradient order, never trained values, and nothing is downloaded.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
 
 import torch
 import torchvision
@@ -14,25 +15,7 @@ from torch import nn
 
 from commsched.errors import CommschedError
 from commsched.models.inventory import sum_of_means
-
-ZOO_MODELS: tuple[str, ...] = (
-    "resnet18",
-    "resnet50",
-    "resnet101",
-    "resnet152",
-    "vgg16",
-    "vgg19",
-    "alexnet",
-    "googlenet",
-    "densenet121",
-    "densenet161",
-    "densenet201",
-    "inception_v3",
-    "mobilenet_v2",
-    "vit_b_16",
-    "bert_base",
-    "bert_small",
-)
+from commsched.models.names import ZOO_MODELS
 
 DEFAULT_IMAGE_SIZE = 224
 INCEPTION_IMAGE_SIZE = 299
@@ -154,6 +137,18 @@ def example_input(name: str, batch_size: int, image_size: int | None = None) -> 
     if not isinstance(image_size, int) or isinstance(image_size, bool) or image_size <= 0:
         raise CommschedError(f"image_size must be a positive integer, got {image_size!r}")
     return (torch.randn(batch_size, 3, image_size, image_size, generator=generator),)
+
+
+@contextlib.contextmanager
+def runs_on(name: str, inputs: tuple[torch.Tensor, ...]) -> Iterator[None]:
+    """Turn torch's error for a zoo model that cannot take these inputs (an image too small for its
+    pooling, say) into a CommschedError naming the model and the input shape."""
+    try:
+        yield
+    except (RuntimeError, ValueError) as e:
+        shape = "x".join(str(d) for d in inputs[0].shape) if inputs else "no input"
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CommschedError(f"zoo model {name!r} cannot train on an input of shape {shape}: {first}") from e
 
 
 def training_loss(name: str, output: object) -> torch.Tensor:

@@ -36,6 +36,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from commsched.cost.models import AlphaBeta, CostModel, as_alpha_beta
+from commsched.errors import CommschedError
+from commsched.planners.optimal_contended import contended_optimal_ends
+from commsched.sim.contention import contended_end_s
+from commsched.sim.timeline import prefix_bytes
 from commsched.types import ModelProfile
 
 _VECTOR_WINDOW = 24  # below this many candidates a Python loop beats a numpy call
@@ -142,8 +146,37 @@ def _backtrack(choice: list[int], n: int) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class Optimal:
+    """The least iteration time over all contiguous bucketings.
+
+    With both slowdowns 0 (the default) the optimum is that of DESIGN.md's simulator, found exactly
+    by the programme above. With ``compute_slowdown`` or ``comm_slowdown`` (the contention of
+    :mod:`commsched.sim.contention`, as ``validate`` measures it) it is that of the
+    contention-aware simulator, found by :mod:`commsched.planners.optimal_contended` to within a
+    factor 1 + ``tolerance`` (a proven bound; 0 asks for the exact optimum, which can take far longer).
+    """
+
+    compute_slowdown: float = 0.0
+    comm_slowdown: float = 0.0
+    tolerance: float = 0.01
     name: str = "optimal"
 
+    def __post_init__(self) -> None:
+        for what in ("compute_slowdown", "comm_slowdown", "tolerance"):
+            v = getattr(self, what)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
+                raise CommschedError(f"{what} must be a finite number >= 0, got {v!r}")
+
     def ends(self, profile: ModelProfile, cost: CostModel) -> tuple[int, ...]:
-        ends, _ = optimal_ends(profile.ready_s, [t.bytes for t in profile.tensors], cost)
-        return ends
+        sizes = [t.bytes for t in profile.tensors]
+        plain, _ = optimal_ends(profile.ready_s, sizes, cost)
+        if self.compute_slowdown == 0 and self.comm_slowdown == 0:
+            return plain
+        work = [t.backward_s for t in profile.tensors]
+        slow = (1.0 + self.compute_slowdown, 1.0 + self.comm_slowdown)
+        prefix = prefix_bytes(profile)
+        # the better of the plain optimum and one bucket bounds the search (it prunes, never decides)
+        known = min((contended_end_s(profile.forward_s, work, prefix, e, cost, *slow), len(e), e) for e in (plain, (len(work),)))
+        ends, end_s = contended_optimal_ends(
+            profile.forward_s, work, sizes, cost, *slow, upper_bound_s=known[0], tolerance=self.tolerance
+        )
+        return ends if ends and end_s <= known[0] else known[2]

@@ -288,20 +288,21 @@ def measure_zoo_profile(
     global state is untouched), fed :func:`~commsched.models.zoo.example_input` and trained on
     :func:`~commsched.models.zoo.training_loss`; see :func:`measure_profile` for what is timed.
     """
-    from commsched.models.zoo import build_model, example_input, training_loss
+    from commsched.models.zoo import build_model, example_input, runs_on, training_loss
 
     inputs = example_input(name, batch_size, image_size)  # validates name, batch and image size first
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(SEED)
         model = build_model(name)
-    return measure_profile(
-        model,
-        inputs,
-        lambda out: training_loss(name, out),
-        name=name,
-        batch_size=batch_size,
-        warmup=warmup,
-        iters=iters,
-        sequential=sequential,
-        progress=progress,
-    )
+    with runs_on(name, inputs):
+        return measure_profile(
+            model,
+            inputs,
+            lambda out: training_loss(name, out),
+            name=name,
+            batch_size=batch_size,
+            warmup=warmup,
+            iters=iters,
+            sequential=sequential,
+            progress=progress,
+        )

@@ -16,7 +16,7 @@ import torch
 from commsched.devices import CALIBRATED_EFFICIENCY, device
 from commsched.models.inventory import inventory
 from commsched.models.inventory_types import ModelInventory
-from commsched.models.zoo import build_model, example_input, training_loss
+from commsched.models.zoo import build_model, example_input, runs_on, training_loss
 from commsched.profile.estimate import estimate_profile
 from commsched.types import ModelProfile
 
@@ -38,7 +38,8 @@ def zoo_inventory(
         torch.manual_seed(SEED)
         model = build_model(name)
         inputs = tuple(x.to(on_device) for x in inputs)
-        return inventory(model, inputs, loss_fn=lambda out: training_loss(name, out), name=name)
+        with runs_on(name, inputs):
+            return inventory(model, inputs, loss_fn=lambda out: training_loss(name, out), name=name)
 
 
 def zoo_profile(

@@ -1,0 +1,22 @@
+"""The zoo's model names, importable without torch (the CLI lists them without building anything)."""
+
+from __future__ import annotations
+
+ZOO_MODELS: tuple[str, ...] = (
+    "resnet18",
+    "resnet50",
+    "resnet101",
+    "resnet152",
+    "vgg16",
+    "vgg19",
+    "alexnet",
+    "googlenet",
+    "densenet121",
+    "densenet161",
+    "densenet201",
+    "inception_v3",
+    "mobilenet_v2",
+    "vit_b_16",
+    "bert_base",
+    "bert_small",
+)

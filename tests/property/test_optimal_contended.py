@@ -1,0 +1,98 @@
+"""`optimal` under contention: exact with tolerance 0, within 1 + tolerance of brute force otherwise."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from commsched.cost.models import AlphaBeta
+from commsched.errors import CommschedError
+from commsched.planners import STRATEGIES, Optimal
+from commsched.sim.contention import simulate_contended
+from commsched.sim.timeline import simulate
+from commsched.types import ModelProfile, TensorSpec
+from tests.conftest import costs, profiles, table_costs
+
+slowdowns = st.one_of(st.just(0.0), st.floats(0.0, 3.0))
+
+
+def brute_force(profile, cost, cs, ms) -> float:
+    n = len(profile.tensors)
+    best = float("inf")
+    for cuts in itertools.product((False, True), repeat=n - 1):
+        ends = tuple(k for k, cut in zip(range(1, n), cuts) if cut) + (n,)
+        best = min(best, simulate_contended(profile, ends, cost, cs, ms).iteration_s)
+    return best
+
+
+def rel_close(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-9 * max(abs(a), abs(b))
+
+
+@given(profiles(max_tensors=10), costs, slowdowns, slowdowns)
+def test_exact_with_tolerance_zero(profile, cost, cs, ms):
+    ends = Optimal(cs, ms, tolerance=0.0).ends(profile, cost)
+    got = simulate_contended(profile, ends, cost, cs, ms).iteration_s
+    assert rel_close(got, brute_force(profile, cost, cs, ms))
+
+
+@given(profiles(max_tensors=10), costs, slowdowns, slowdowns, st.sampled_from([0.01, 0.2]))
+def test_within_the_tolerance_of_brute_force(profile, cost, cs, ms, tolerance):
+    ends = Optimal(cs, ms, tolerance=tolerance).ends(profile, cost)
+    got = simulate_contended(profile, ends, cost, cs, ms).iteration_s
+    assert got <= brute_force(profile, cost, cs, ms) * (1 + tolerance) * (1 + 1e-9)
+
+
+@given(profiles(max_tensors=8), table_costs(monotone=False), slowdowns, slowdowns)
+def test_exact_for_a_cost_that_is_not_monotone(profile, cost, cs, ms):
+    ends = Optimal(cs, ms, tolerance=0.0).ends(profile, cost)
+    got = simulate_contended(profile, ends, cost, cs, ms).iteration_s
+    assert rel_close(got, brute_force(profile, cost, cs, ms))
+
+
+@given(profiles(max_tensors=40), costs, slowdowns, slowdowns, st.sampled_from(sorted(STRATEGIES)))
+def test_never_beaten_under_contention(profile, cost, cs, ms, name):
+    mine = simulate_contended(profile, Optimal(cs, ms).ends(profile, cost), cost, cs, ms).iteration_s
+    theirs = simulate_contended(profile, STRATEGIES[name].ends(profile, cost), cost, cs, ms).iteration_s
+    assert mine <= theirs * (1 + 1e-9)
+
+
+@given(profiles(max_tensors=30), costs)
+def test_without_contention_it_is_the_plain_optimum(profile, cost):
+    a = simulate(profile, Optimal().ends(profile, cost), cost).iteration_s
+    b = simulate(profile, Optimal(0.0, 0.0).ends(profile, cost), cost).iteration_s
+    assert a == b
+
+
+def test_contention_turns_the_plain_optimum_into_a_loss():
+    """Hand-made: tensors a (1 s backward, 100 B) then b (3 s, 1 B); T(M) = 0.5 s + 0.015 s/B x M, so
+    T(a) = 2 s, T(b) = 0.515 s, T(a+b) = 2.015 s. Two buckets overlap T(a) with b's compute, which
+    meanwhile runs at 1/(1 + c): b's compute ends at 1 + 2 + (3 - 2/(1 + c)), then T(b). One bucket
+    ends at 1 + 3 + 2.015. At c = 0 two buckets win (4.516 s vs 6.016 s, forward 1 ms included); at
+    c = 4 one does (6.116 s vs 6.016 s)."""
+    p = ModelProfile("m", 1, "d", "estimated", 1e-3, (TensorSpec("a", 100, 1.0), TensorSpec("b", 1, 3.0)))
+    cost = AlphaBeta(0.5, 0.015)
+    assert Optimal().ends(p, cost) == (1, 2)
+    assert abs(simulate_contended(p, (1, 2), cost, 4.0).iteration_s - 6.116) < 1e-9
+    assert abs(simulate_contended(p, (2,), cost, 4.0).iteration_s - 6.016) < 1e-9
+    assert Optimal(4.0).ends(p, cost) == (2,)
+
+
+def test_ten_tensors_of_mixed_sizes():
+    """A 10-tensor profile with sizes from 4 B to 8 MB, checked against brute force."""
+    tensors = tuple(TensorSpec(f"t{i}", b, w) for i, (b, w) in enumerate(
+        [(4_000_000, 0.004), (16, 0.001), (2_000_000, 0.006), (4, 0.0), (8_000_000, 0.012),
+         (1_000, 0.002), (3_000_000, 0.003), (64, 0.0005), (6_000_000, 0.01), (40, 0.001)]))
+    p = ModelProfile("m", 1, "d", "estimated", 0.01, tensors)
+    cost = AlphaBeta(1e-3, 1e-9)
+    got = simulate_contended(p, Optimal(0.6, 0.1, tolerance=0.0).ends(p, cost), cost, 0.6, 0.1).iteration_s
+    assert rel_close(got, brute_force(p, cost, 0.6, 0.1))
+
+
+@pytest.mark.parametrize("bad", [{"compute_slowdown": -0.1}, {"comm_slowdown": float("nan")}, {"compute_slowdown": True}, {"tolerance": -1.0}])
+def test_rejects_bad_slowdowns(bad):
+    with pytest.raises(CommschedError):
+        Optimal(**bad)
