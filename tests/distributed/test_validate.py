@@ -39,6 +39,10 @@ def test_validate_end_to_end(tmp_path):
     assert params["compute_slowdown"] == doc["contention_before_run"]["compute_slowdown"]
     assert params["comm_slowdown"] == doc["contention_before_run"]["comm_slowdown"]
     assert [len(b["tensors"]) for b in doc["plans"]["synceasgd"]["buckets"]] == [62]
+    # each plan carries the prediction it was made for: under the contention measured before the run
+    for name, row in doc["strategies"].items():
+        assert abs(doc["plans"][name]["predicted"]["iteration_s"] - row["predicted_before_run_s"]) <= 1e-12 * row["predicted_before_run_s"]
+    assert 0 <= doc["contention"]["long_message_ended_early"] <= 2 + 6
     # predictions use the all-reduce times of buckets chained by the runtime; the barrier bench is beside them
     assert doc["comm_samples"]["statistic"] == "mean" and doc["comm_samples"]["sizes_bytes"][-1] >= doc["profile"]["bytes"]
     assert "chained by DataParallel" in doc["cluster"]["source"]

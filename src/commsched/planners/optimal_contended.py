@@ -22,7 +22,8 @@ grows or p shrinks, and the progress never decreases when p grows (it does not d
 state (f, p) with f <= f' and p >= p' can never end later than (f', p') whatever follows, by
 induction over the remaining buckets, and for each k only the Pareto front of states (least f for
 each p) needs keeping. The front over all k, extended by every next bucket, is exact for any cost
-function T; the answer is the least f at k = L. Ties go to fewer buckets.
+function T; the answer is the least f at k = L. Among equally fast bucketings it does not look
+for the fewest buckets.
 
 With no contention :class:`~commsched.planners.optimal.Optimal` uses its O(L) programme instead:
 this one is O(L^2 x front), and the fronts are not small on real models (over 300,000 states for

@@ -12,8 +12,8 @@ Every rank, in lockstep:
    is run and fitted too, and reported beside it;
 3. measures contention both ways: compute slowed by an all-reduce in flight, and an all-reduce slowed
    by compute, the simplest form of LIBRA's g(b, r) (:mod:`commsched.sim.contention`);
-4. plans every strategy; ``optimal`` is the exact optimum for the measured contention
-   (:mod:`commsched.planners.optimal_contended`);
+4. plans every strategy; ``optimal`` is planned for the measured contention, within 1% of that
+   optimum (:mod:`commsched.planners.optimal_contended`);
 5. trains with every strategy and with stock ``DistributedDataParallel``, interleaved round by round
    (A B C ... A B C ...), each from the same weights. Each round also repeats steps 1 and 3 (the
    profile steps and the contention probes), so that what predicts and what is predicted are
@@ -69,6 +69,12 @@ class ValidationConfig:
     lr: float = 0.01
     out_dir: str = "out/validate"
 
+    def __post_init__(self) -> None:
+        for what in ("batch_size", "rounds", "steps", "profile_iters", "contention_iters", "resamples", "comm_repeats", "comm_steps"):
+            v = getattr(self, what)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise CommschedError(f"validate {what} must be a positive integer, got {v!r}")
+
 
 def _gather(obj):
     out = [None] * dist.get_world_size()
@@ -97,9 +103,10 @@ class _ContentionProbe:
     all-reduce alone; and the same all-reduce run entirely during a backward pass (a message needing
     about a third of its time). Each forward runs first, untimed, and ranks meet at a barrier before
     the timed part, so both ranks start it together. Backward, not forward, is what the all-reduces
-    of training overlap, and it is what is measured: an earlier probe that timed forward+backward
-    (the all-reduce mostly overlapping the forward) saw all-reduces slowed by 1-3%, while all-reduces
-    overlapping a backward pass took 1.4-2.5 times their idle time in a synthetic test. The all-reduce's end is stamped by a completion
+    of training overlap, so backward is what is timed (an earlier probe timed forward+backward, and
+    its all-reduce mostly overlapped the forward). The long message is sized from the cluster fit to
+    outlast the backward pass but capped at 256 MiB; a sample in which it ended first is counted
+    (``long_message_ended_early`` in the report), since it understates compute_slowdown. The all-reduce's end is stamped by a completion
     callback, which can run a little late when it waits for the GIL, so comm_slowdown errs high if
     anything. :func:`contention_of` turns samples into the factors: ratios of medians, minus 1,
     clipped at 0. Message sizes are fixed at construction from the slowest rank's backward time, so
@@ -115,6 +122,7 @@ class _ContentionProbe:
         per_byte = max(cluster.allreduce.time_s(2**26) - cluster.allreduce.time_s(2**20), 1e-12) / (2**26 - 2**20)
         self.long_msg = torch.zeros(int(min(max(2.0 * sizing / per_byte, 2**20), 2**28)) // 4)
         self.short_msg = torch.zeros(int(min(max(sizing / 3 / per_byte, 2**16), 2**26)) // 4)
+        self.ended_early = 0  # samples whose long all-reduce ended before the backward pass
 
     def _forward(self) -> torch.Tensor:
         return self.loss_fn(self.model(*self.inputs))
@@ -133,6 +141,7 @@ class _ContentionProbe:
         dist.barrier()
         work = dist.all_reduce(self.long_msg, async_op=True)
         under = self._backward(loss)
+        self.ended_early += work.is_completed()
         work.wait()
         dist.barrier()
         t0 = time.perf_counter()
@@ -149,7 +158,12 @@ class _ContentionProbe:
         return alone, under, comm_alone, done[0] - t0
 
     def report(self, samples: list[tuple[float, float, float, float]]) -> dict:
-        return {**contention_of(samples), "long_message_bytes": self.long_msg.numel() * 4, "short_message_bytes": self.short_msg.numel() * 4}
+        return {
+            **contention_of(samples),
+            "long_message_bytes": self.long_msg.numel() * 4,
+            "short_message_bytes": self.short_msg.numel() * 4,
+            "long_message_ended_early": self.ended_early,  # this rank's count so far
+        }
 
 
 def contention_of(samples: list[tuple[float, float, float, float]]) -> dict:
@@ -354,17 +368,23 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
     barrier_samples = bench_allreduce(repeats=cfg.comm_repeats, max_bytes=max_bytes, progress=rank == 0 and progress)
     barrier_cluster, barrier_fit = fit_cluster(barrier_samples, name=f"measured-{world}x-{dist.get_backend()}")
 
+    # every rank must size the probe's messages and plan with the same numbers: take rank 0's
+    cluster, fit, barrier_cluster, barrier_fit = _broadcast_obj((cluster, fit, barrier_cluster, barrier_fit))
+
     say("3/5 measuring compute slowdown under a concurrent all-reduce")
     probe = _ContentionProbe(base, inputs, loss_fn, cluster)
     contention_before = probe.report(_pooled(_gather([probe.sample() for _ in range(cfg.contention_iters)])))
-    # every rank must plan with the same numbers: take rank 0's
-    cluster, fit, barrier_cluster, barrier_fit = _broadcast_obj((cluster, fit, barrier_cluster, barrier_fit))
 
     say("4/5 planning every strategy (optimal for the measured contention)")
     slowdowns = (contention_before["compute_slowdown"], contention_before["comm_slowdown"])
     plans: dict[str, Plan] = {
         name: make_plan(Optimal(*slowdowns) if name == "optimal" else STRATEGIES[name], profile_before, cluster.allreduce)
         for name in cfg.strategies
+    }
+    # a plan's own prediction is the one it was made for: under the contention measured before the run
+    plans = {
+        name: replace(plan, predicted=simulate_contended(profile_before, ends_of_plan(profile_before, plan), cluster.allreduce, *slowdowns).prediction())
+        for name, plan in plans.items()
     }
 
     say(f"5/5 training {len(cfg.strategies)} strategies + stock DDP, {cfg.rounds} interleaved rounds (with profile steps and contention probes)")
@@ -488,8 +508,11 @@ def error_intervals(
 
     Each resample draws, with replacement, the profile steps (the profile is made again from them),
     the contention probes and each strategy's measured steps, and predicts again: so the interval
-    holds the noise of both sides of the comparison. Steps are treated as independent, which the
-    machine's slow phases (seconds long) are not quite, so the intervals are if anything too narrow.
+    holds the noise of both sides of the comparison. Steps are resampled independently, which is
+    not exact either way: the machine's slow phases (seconds long) correlate neighbouring steps,
+    which narrows the interval, while resampling each side on its own ignores that interleaved
+    variants share those phases, which widens it. The interval takes the same number of resamples
+    off each end.
     """
     import random
 
@@ -507,7 +530,8 @@ def error_intervals(
     out = {}
     for name, es in errors.items():
         es.sort()
-        out[name] = (es[int(0.025 * (len(es) - 1))], es[int(round(0.975 * (len(es) - 1)))])
+        cut = int(0.025 * (len(es) - 1))
+        out[name] = (es[cut], es[len(es) - 1 - cut])
     return out
 
 

@@ -73,7 +73,8 @@ def contended_end_s(
     slow_compute: float,
     slow_comm: float,
 ) -> float:
-    """End of the last all-reduce (the hot loop of the contention-aware planner); factors are 1 + slowdown.
+    """End of the last all-reduce, without building a timeline (``Optimal`` scores its bounds with
+    it); factors are 1 + slowdown.
 
     ``prefix`` is :func:`~commsched.sim.timeline.prefix_bytes` of the profile; nothing is checked here.
     """
