@@ -69,7 +69,7 @@ def contended_optimal_ends(
     prefix = np.concatenate(([0], np.cumsum(np.asarray(sizes, dtype=np.int64)))).astype(np.float64)
     total = float(work[n])
     c, m = float(slow_compute), float(slow_comm)
-    comm_left, last_left = (np.asarray(x) for x in _remaining_comm_bounds(prefix, cost))
+    comm_left, last_left = _remaining_comm_bounds(prefix, cost)
     bound = upper_bound_s * (1 + 1e-12)
     # no bucketing ends before compute (forward, all backward) and then the last tensor's all-reduce
     lowest = forward_s + total + float(last_left[0])
@@ -150,18 +150,15 @@ def _pareto(front: tuple) -> tuple:
     return tuple(x[kept] for x in front)
 
 
-def _remaining_comm_bounds(prefix: np.ndarray, cost: CostModel) -> tuple[list[float], list[float]]:
+def _remaining_comm_bounds(prefix: np.ndarray, cost: CostModel) -> tuple[np.ndarray, np.ndarray]:
     """Lower bounds on what is left after the buckets up to tensor k: ``comm[k]`` the least total
     all-reduce time of any bucketing of tensors k..L-1 (each at full speed, one after another), and
     ``last[k]`` the least time of the all-reduce that holds the last tensor (it starts after compute).
     Both by a backward pass over k (O(L^2) cost evaluations, vectorised)."""
     n = len(prefix) - 1
-    comm = [0.0] * (n + 1)
-    last = [0.0] * (n + 1)
-    comm_np = np.zeros(n + 1)
+    comm, last = np.zeros(n + 1), np.zeros(n + 1)  # nothing is left after the last tensor
     for k in range(n - 1, -1, -1):
         t = cost.times_s(prefix[k + 1 :] - prefix[k])  # buckets k..k2-1 for k2 = k+1..n
-        comm[k] = float(np.min(t + comm_np[k + 1 :]))
-        comm_np[k] = comm[k]
-        last[k] = min(float(t[-1]), last[k + 1]) if k + 1 < n else float(t[-1])
+        comm[k] = np.min(t + comm[k + 1 :])
+        last[k] = min(t[-1], last[k + 1]) if k + 1 < n else t[-1]
     return comm, last

@@ -433,7 +433,7 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
     rows = {}
     for name in cfg.strategies:
         ends = ends_of[name]
-        before = simulate_contended(profile_before, ends, cluster.allreduce, *slowdowns).iteration_s
+        before = plans[name].predicted.iteration_s  # under the profile and contention it was planned with
         tl = simulate_contended(profile, ends, cluster.allreduce, contention["compute_slowdown"], contention["comm_slowdown"])
         plain = simulate(profile, ends, cluster.allreduce).iteration_s
         med = statistics.median(measured[name])
