@@ -1,18 +1,22 @@
 """commsched: plan, simulate and apply the gradient-communication schedule of data-parallel training.
 
-``import commsched`` is light (no torch): ``DataParallel`` and ``plan_for`` load torch on first use.
+``import commsched`` is light (no torch): ``DataParallel``, ``ddp_options`` and ``plan_for`` load torch on first use.
 """
 
 __version__ = "0.1.0"
 
-__all__ = ["DataParallel", "load_plan", "plan_for"]
+__all__ = ["DataParallel", "ddp_options", "load_plan", "plan_for"]
 
 
 def __getattr__(name: str):
     if name == "DataParallel":
-        from commsched.runtime.data_parallel import DataParallel
+        from commsched.runtime.ddp import DataParallel
 
         return DataParallel
+    if name == "ddp_options":
+        from commsched.runtime.ddp import ddp_options
+
+        return ddp_options
     if name == "plan_for":
         from commsched.runtime.api import plan_for
 

@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 WORKERS = Path(__file__).resolve().parent / "workers"
@@ -41,15 +42,19 @@ def run_workers(script: str, args: list[str], world: int = 2, timeout_s: float =
                 text=True,
             )
         )
-    out = []
-    for p in procs:
-        try:
-            stdout, stderr = p.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise AssertionError(f"{script} did not finish in {timeout_s} s (a hang)") from None
-        out.append(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr))
+    # every rank's pipes are drained at once: a rank blocked writing a large result to a full pipe
+    # while the others wait for it in a collective would be a hang of the test's own making
+    with ThreadPoolExecutor(len(procs)) as pool:
+        futures = [pool.submit(p.communicate, timeout=timeout_s) for p in procs]
+        out = []
+        for p, f in zip(procs, futures):
+            try:
+                stdout, stderr = f.result()
+            except subprocess.TimeoutExpired:
+                for q in procs:
+                    q.kill()
+                raise AssertionError(f"{script} did not finish in {timeout_s} s (a hang)") from None
+            out.append(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr))
     return out
 
 

@@ -1,4 +1,6 @@
-"""`optimal` under contention: exact with tolerance 0, within 1 + tolerance of brute force otherwise."""
+"""`optimal` under the runtime's semantics: exact with tolerance 0, within 1 + tolerance of brute force
+otherwise, under contention with a per-call overhead, on NCCL's serial run and on gloo's two threads
+sharing the link (scored by gloo's own simulation, not the serial one)."""
 
 from __future__ import annotations
 
@@ -12,20 +14,28 @@ from commsched.cost.models import AlphaBeta
 from commsched.errors import CommschedError
 from commsched.planners import STRATEGIES, Optimal
 from commsched.planners.optimal_contended import contended_optimal_ends
-from commsched.sim.contention import simulate_contended
+from commsched.sim.contention import simulate_contended, simulate_run
+from commsched.sim.semantics import Semantics
 from commsched.sim.timeline import simulate
 from commsched.types import ModelProfile, TensorSpec
 from tests.conftest import costs, profiles, table_costs
 
 slowdowns = st.one_of(st.just(0.0), st.floats(0.0, 3.0))
+overheads = st.one_of(st.just(0.0), st.floats(0.0, 0.02))
+backends = st.sampled_from([("nccl", 1), ("gloo", 2), ("gloo", 3)])
 
 
-def brute_force(profile, cost, cs, ms) -> float:
+def sem(cs: float, ms: float, d: float = 0.0, backend=("nccl", 1)) -> Semantics:
+    return Semantics(backend[0], backend[1], 0.0, cs, ms, d)
+
+
+def brute_force(profile, cost, cs, ms, d=0.0, backend=("nccl", 1)) -> float:
     n = len(profile.tensors)
     best = float("inf")
+    s = sem(cs, ms, d, backend)
     for cuts in itertools.product((False, True), repeat=n - 1):
         ends = tuple(k for k, cut in zip(range(1, n), cuts) if cut) + (n,)
-        best = min(best, simulate_contended(profile, ends, cost, cs, ms).iteration_s)
+        best = min(best, simulate_run(profile, ends, cost, s).iteration_s)
     return best
 
 
@@ -33,18 +43,26 @@ def rel_close(a: float, b: float) -> bool:
     return abs(a - b) <= 1e-9 * max(abs(a), abs(b))
 
 
-@given(profiles(max_tensors=10), costs, slowdowns, slowdowns)
-def test_exact_with_tolerance_zero(profile, cost, cs, ms):
-    ends = Optimal(cs, ms, tolerance=0.0).ends(profile, cost)
-    got = simulate_contended(profile, ends, cost, cs, ms).iteration_s
-    assert rel_close(got, brute_force(profile, cost, cs, ms))
+@given(profiles(max_tensors=10), costs, slowdowns, slowdowns, overheads, backends)
+def test_exact_with_tolerance_zero(profile, cost, cs, ms, d, backend):
+    s = sem(cs, ms, d, backend)
+    ends = Optimal(s, tolerance=0.0).ends(profile, cost)
+    got = simulate_run(profile, ends, cost, s).iteration_s
+    assert rel_close(got, brute_force(profile, cost, cs, ms, d, backend))
 
 
-@given(profiles(max_tensors=10), costs, slowdowns, slowdowns, st.sampled_from([0.01, 0.2]))
-def test_within_the_tolerance_of_brute_force(profile, cost, cs, ms, tolerance):
-    ends = Optimal(cs, ms, tolerance=tolerance).ends(profile, cost)
-    got = simulate_contended(profile, ends, cost, cs, ms).iteration_s
-    assert got <= brute_force(profile, cost, cs, ms) * (1 + tolerance) * (1 + 1e-9)
+@given(profiles(max_tensors=10), costs, backends)
+def test_exact_without_contention_on_every_backend(profile, cost, backend):
+    s = sem(0.0, 0.0, 0.0, backend)
+    got = simulate_run(profile, Optimal(s).ends(profile, cost), cost, s).iteration_s
+    assert rel_close(got, brute_force(profile, cost, 0.0, 0.0, 0.0, backend))
+
+
+@given(profiles(max_tensors=10), costs, slowdowns, slowdowns, overheads, st.sampled_from([0.01, 0.2]))
+def test_within_the_tolerance_of_brute_force(profile, cost, cs, ms, d, tolerance):
+    ends = Optimal(sem(cs, ms, d), tolerance=tolerance).ends(profile, cost)
+    got = simulate_run(profile, ends, cost, sem(cs, ms, d)).iteration_s
+    assert got <= brute_force(profile, cost, cs, ms, d) * (1 + tolerance) * (1 + 1e-9)
 
 
 @settings(max_examples=500)
@@ -61,7 +79,7 @@ def test_the_grid_alone_keeps_its_bound(profile, cost, cs, ms, tolerance):
 
 @given(profiles(max_tensors=8), table_costs(monotone=False), slowdowns, slowdowns)
 def test_exact_for_a_cost_that_is_not_monotone(profile, cost, cs, ms):
-    ends = Optimal(cs, ms, tolerance=0.0).ends(profile, cost)
+    ends = Optimal(sem(cs, ms), tolerance=0.0).ends(profile, cost)
     got = simulate_contended(profile, ends, cost, cs, ms).iteration_s
     assert rel_close(got, brute_force(profile, cost, cs, ms))
 
@@ -69,7 +87,7 @@ def test_exact_for_a_cost_that_is_not_monotone(profile, cost, cs, ms):
 @given(profiles(max_tensors=40), costs, slowdowns, slowdowns, st.sampled_from(sorted(STRATEGIES)))
 def test_never_beaten_by_more_than_the_tolerance(profile, cost, cs, ms, name):
     # Within 1 + tolerance of the optimum, so another strategy can be up to that much faster.
-    planner = Optimal(cs, ms)
+    planner = Optimal(sem(cs, ms))
     mine = simulate_contended(profile, planner.ends(profile, cost), cost, cs, ms).iteration_s
     theirs = simulate_contended(profile, STRATEGIES[name].ends(profile, cost), cost, cs, ms).iteration_s
     assert mine <= theirs * (1 + planner.tolerance) * (1 + 1e-9)
@@ -95,7 +113,7 @@ def test_contention_turns_the_plain_optimum_into_a_loss():
     assert Optimal().ends(p, cost) == (1, 2)
     assert abs(simulate_contended(p, (1, 2), cost, 4.0).iteration_s - 6.116) < 1e-9
     assert abs(simulate_contended(p, (2,), cost, 4.0).iteration_s - 6.016) < 1e-9
-    assert Optimal(4.0).ends(p, cost) == (2,)
+    assert Optimal(sem(4.0, 0.0)).ends(p, cost) == (2,)
 
 
 def test_ten_tensors_of_mixed_sizes():
@@ -105,11 +123,17 @@ def test_ten_tensors_of_mixed_sizes():
          (1_000, 0.002), (3_000_000, 0.003), (64, 0.0005), (6_000_000, 0.01), (40, 0.001)]))
     p = ModelProfile("m", 1, "d", "estimated", 0.01, tensors)
     cost = AlphaBeta(1e-3, 1e-9)
-    got = simulate_contended(p, Optimal(0.6, 0.1, tolerance=0.0).ends(p, cost), cost, 0.6, 0.1).iteration_s
+    got = simulate_contended(p, Optimal(sem(0.6, 0.1), tolerance=0.0).ends(p, cost), cost, 0.6, 0.1).iteration_s
     assert rel_close(got, brute_force(p, cost, 0.6, 0.1))
 
 
-@pytest.mark.parametrize("bad", [{"compute_slowdown": -0.1}, {"comm_slowdown": float("nan")}, {"compute_slowdown": True}, {"tolerance": -1.0}])
-def test_rejects_bad_slowdowns(bad):
+@pytest.mark.parametrize("bad", [{"semantics": 0.5}, {"tolerance": float("nan")}, {"tolerance": True}, {"tolerance": -1.0}])
+def test_rejects_bad_arguments(bad):
     with pytest.raises(CommschedError):
         Optimal(**bad)
+
+
+def test_a_concurrency_gain_is_not_claimed_exact():
+    assert Optimal(Semantics("gloo", 2, 0.5)).exact_for().startswith("not proven")
+    assert Optimal(Semantics("gloo", 2, 0.0, 0.5)).exact_for() == "within 0.01 of the optimum"
+    assert Optimal(Semantics("gloo", 2, 0.0)).exact_for() == "exact"

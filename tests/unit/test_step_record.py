@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from commsched.runtime.data_parallel import StepRecord
+from commsched.runtime.record import StepRecord
 
 
 def test_timeline_and_breakdown_of_a_hand_made_step():

@@ -10,6 +10,7 @@ from commsched.planners.horovod import Horovod, horovod_legacy
 from commsched.planners.mgwfbp import MGWFBP
 from commsched.planners.optimal import Optimal, optimal_ends
 from commsched.planners.simple import WFBP, SyncEASGD
+from commsched.sim.semantics import NCCL, Semantics
 
 STRATEGIES: dict[str, Planner] = {
     p.name: p
@@ -22,6 +23,13 @@ def planner(name: str) -> Planner:
         return STRATEGIES[name]
     except KeyError:
         raise CommschedError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}") from None
+
+
+def planner_for(name: str, semantics: Semantics = NCCL, tolerance: float = 0.01) -> Planner:
+    """The named strategy, planning for ``semantics`` where it can: ``optimal`` does; the published
+    strategies keep their own rules (they are scored under the semantics by :func:`make_plan`)."""
+    p = planner(name)
+    return Optimal(semantics, tolerance=tolerance) if isinstance(p, Optimal) else p
 
 
 __all__ = [
@@ -38,4 +46,5 @@ __all__ = [
     "make_plan",
     "optimal_ends",
     "planner",
+    "planner_for",
 ]

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -39,6 +39,7 @@ from commsched.cost.models import AlphaBeta, CostModel, as_alpha_beta
 from commsched.errors import CommschedError
 from commsched.planners.optimal_contended import contended_optimal_ends
 from commsched.sim.contention import contended_end_s
+from commsched.sim.semantics import NCCL, Semantics
 from commsched.sim.timeline import prefix_bytes
 from commsched.types import ModelProfile
 
@@ -146,37 +147,59 @@ def _backtrack(choice: list[int], n: int) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class Optimal:
-    """The least iteration time over all contiguous bucketings.
+    """The least iteration time over all contiguous bucketings, under ``semantics``.
 
-    With both slowdowns 0 (the default) the optimum is that of DESIGN.md's simulator, found exactly
-    by the programme above. With ``compute_slowdown`` or ``comm_slowdown`` (the contention of
-    :mod:`commsched.sim.contention`, as ``validate`` measures it) it is that of the
-    contention-aware simulator, found by :mod:`commsched.planners.optimal_contended` to within a
-    factor 1 + ``tolerance`` (a proven bound; 0 asks for the exact optimum, which can take far longer).
+    - Without contention, on one thread or on threads that share the link without gain (NCCL; gloo
+      as measured here), the optimum is that of DESIGN.md's simulator, found exactly by the
+      programme above (for gloo by :attr:`Semantics.serial_equivalent`: the iteration time is the
+      serial one for every bucketing, so the serial optimum is gloo's optimum).
+    - With contention (:mod:`commsched.sim.contention`, as ``validate`` measures it), likewise on
+      such runtimes, by :mod:`commsched.planners.optimal_contended`, to within a factor 1 +
+      ``tolerance`` (a proven bound; 0 asks for the exact optimum, which can take far longer).
+    - On threads with a concurrency gain (a runtime whose concurrent all-reduces do not just share
+      one link) no exact programme is implemented: the result is the serial optimum, scored under
+      the real semantics, and :meth:`exact_for` says so.
     """
 
-    compute_slowdown: float = 0.0
-    comm_slowdown: float = 0.0
+    semantics: Semantics = NCCL
     tolerance: float = 0.01
     name: str = "optimal"
 
     def __post_init__(self) -> None:
-        for what in ("compute_slowdown", "comm_slowdown", "tolerance"):
-            v = getattr(self, what)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
-                raise CommschedError(f"{what} must be a finite number >= 0, got {v!r}")
+        if not isinstance(self.semantics, Semantics):
+            raise CommschedError(f"semantics must be a Semantics, got {type(self.semantics).__name__}")
+        v = self.tolerance
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
+            raise CommschedError(f"tolerance must be a finite number >= 0, got {v!r}")
+
+    def exact_for(self) -> str:
+        """How the result relates to the optimum under ``semantics``."""
+        if not self.semantics.serial_equivalent:
+            return "not proven: serial optimum (concurrency gain > 0)"
+        if not self.semantics.contended:
+            return "exact"
+        return "exact" if self.tolerance == 0 else f"within {self.tolerance:g} of the optimum"
 
     def ends(self, profile: ModelProfile, cost: CostModel) -> tuple[int, ...]:
+        sem = self.semantics
         sizes = [t.bytes for t in profile.tensors]
         plain, _ = optimal_ends(profile.ready_s, sizes, cost)
-        if self.compute_slowdown == 0 and self.comm_slowdown == 0:
+        if not sem.contended:
             return plain
+        serial = replace(sem, backend="nccl", threads=1, concurrency_gain=0.0)
         work = [t.backward_s for t in profile.tensors]
-        slow = (1.0 + self.compute_slowdown, 1.0 + self.comm_slowdown)
         prefix = prefix_bytes(profile)
         # the better of the plain optimum and one bucket bounds the search (it prunes, never decides)
-        known = min((contended_end_s(profile.forward_s, work, prefix, e, cost, *slow), len(e), e) for e in (plain, (len(work),)))
+        known = min((contended_end_s(profile.forward_s, work, prefix, e, cost, serial), len(e), e) for e in (plain, (len(work),)))
         ends, end_s = contended_optimal_ends(
-            profile.forward_s, work, sizes, cost, *slow, upper_bound_s=known[0], tolerance=self.tolerance
+            profile.forward_s,
+            work,
+            sizes,
+            cost,
+            1.0 + sem.compute_slowdown,
+            1.0 + sem.comm_slowdown,
+            upper_bound_s=known[0],
+            tolerance=self.tolerance,
+            call_overhead_s=sem.call_overhead_s,
         )
         return ends if ends and end_s <= known[0] else known[2]

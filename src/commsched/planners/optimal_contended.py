@@ -57,18 +57,23 @@ def contended_optimal_ends(
     slow_comm: float,
     upper_bound_s: float = float("inf"),
     tolerance: float = 0.0,
+    call_overhead_s: float = 0.0,
 ) -> tuple[tuple[int, ...], float]:
     """Bucket ends of an optimal bucketing under contention and the end of its last all-reduce.
 
-    ``slow_compute`` and ``slow_comm`` are the factors 1 + slowdown (>= 1). ``upper_bound_s`` is the
-    end time of any known bucketing; it only prunes, so when nothing beats it the result is empty
-    (the caller keeps its bucketing).
+    ``slow_compute`` and ``slow_comm`` are the factors 1 + slowdown (>= 1); ``call_overhead_s`` is
+    added to the all-reduce time T of every bucket launched while compute has work left (those
+    ending at or before the last tensor with backward work), as :mod:`commsched.sim.contention`
+    does: it is part of T in every formula above, so the proof holds as it stands. ``upper_bound_s``
+    is the end time of any known bucketing; it only prunes, so when nothing beats it the result is
+    empty (the caller keeps its bucketing).
     """
     n = len(work_s)
     work = np.concatenate(([0.0], np.cumsum(np.asarray(work_s, dtype=np.float64))))
     prefix = np.concatenate(([0], np.cumsum(np.asarray(sizes, dtype=np.int64)))).astype(np.float64)
     total = float(work[n])
     c, m = float(slow_compute), float(slow_comm)
+    busy_to = max((i for i, x in enumerate(work_s) if x > 0), default=-1)  # see sim.contention.last_working
     comm_left, last_left = _remaining_comm_bounds(prefix, cost)
     bound = upper_bound_s * (1 + 1e-12)
     # no bucketing ends before compute (forward, all backward) and then the last tensor's all-reduce
@@ -88,6 +93,8 @@ def contended_optimal_ends(
         k2 = np.arange(k + 1, n + 1)
         w = work[k2][None, :]  # (1, K2): work through the last tensor of bucket k..k2-1
         t = cost.times_s(prefix[k + 1 :] - prefix[k])[None, :]  # (1, K2)
+        if call_overhead_s:
+            t = t + call_overhead_s * (k2 <= busy_to)[None, :]
         f_, p_ = f[:, None], p[:, None]  # (S, 1)
         s = f_ + np.maximum(w - p_, 0.0)  # start of the next all-reduce (transition of the docstring)
         q = np.maximum(p_, w)

@@ -66,7 +66,7 @@ def train(wrapped: nn.Module, params, rank: int) -> None:
 
 
 def main() -> None:
-    from commsched.runtime.data_parallel import DataParallel
+    from commsched.runtime.ddp import DataParallel
 
     rank, world = common.init()
     plans = common.plans_for(make(), STRATEGIES)
@@ -75,34 +75,23 @@ def main() -> None:
     ddp = DDP(ref, find_unused_parameters=unused)
     train(ddp, [p for p in ref.parameters() if p.requires_grad], rank)
 
-    calls: list[int] = []
-    real = dist.all_reduce
-
-    def spy(tensor, *a, **k):
-        calls.append(tensor.numel())
-        return real(tensor, *a, **k)
-
-    dist.all_reduce = spy
     out = {}
     for name, plan in plans.items():
         model = make()
-        dp = DataParallel(model, plan, find_unused_parameters=unused)
-        calls.clear()
+        # record=True: the recorder's comm hook scales and reduces each bucket itself, so this also
+        # checks that recording leaves the gradients bit for bit as stock DDP makes them
+        dp = DataParallel(model, plan, find_unused_parameters=unused, record=True)
         train(dp, [p for p in model.parameters() if p.requires_grad], rank)
-        per_step = len(calls) // STEPS
-        params = {n: p for n, p in model.named_parameters()}
-        expected = [sum(params[t].numel() for t in b.tensors) for b in plan.buckets]
-        if unused:
-            expected.append(len(params))  # the used-parameter flags, one all-reduce per step
+        layouts = [[sorted(b) for b in r.bucket_tensors] for r in dp.records]
         out[name] = {
             "max_rel_diff": common.max_rel_diff(model, ref),
-            "layout_is_plan": dp.bucket_layout == [list(b.tensors) for b in plan.buckets],
-            "allreduce_numels_first_step": calls[:per_step],
-            "plan_numels": expected,
-            "calls": len(calls),
-            "buckets": len(expected),
+            "bit_identical": all(torch.equal(p, q) for p, q in zip(model.parameters(), ref.parameters())),
+            "layouts_after_first": layouts[1:],
+            "promised": [sorted(b) for b in dp.expression.buckets],
+            "exact": dp.expression.exact,
+            "plan": [sorted(b.tensors) for b in plan.buckets],
+            "recorded_steps": len(dp.records),
         }
-    dist.all_reduce = real
     common.emit({"rank": rank, "results": out, "frozen_in_plan": any("conv" in t for p in plans.values() for b in p.buckets for t in b.tensors)})
     end_process_group(clean=True)
 

@@ -1,4 +1,5 @@
-"""The user-facing two lines: commsched.plan_for / load_plan, then commsched.DataParallel."""
+"""The user-facing two lines: commsched.plan_for / load_plan, then stock DDP with ddp_options or
+commsched.DataParallel; with a parameter that is never used, through find_unused_parameters."""
 
 from __future__ import annotations
 
@@ -7,35 +8,66 @@ import sys
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 import common
 from commsched.runtime.lifecycle import end_process_group
 
+MODE = sys.argv[2] if len(sys.argv) > 2 else "plain"  # plain | ddp_options | unused | unused_refused
+
+
+class WithUnused(common.Net):
+    def __init__(self) -> None:
+        super().__init__()
+        self.never = nn.Linear(5, 5)  # never used in forward
+
 
 def main() -> None:
     import commsched
+    from commsched.errors import CommschedError
     from commsched.io import plan_to_json, write_json
 
     rank, _ = common.init()
-    torch.manual_seed(0)
-    model = common.Net()
+    unused = MODE.startswith("unused")
+
+    def make():
+        torch.manual_seed(0)
+        return WithUnused() if unused else common.Net()
+
+    model = make()
     x, y = common.batch(rank, 0)
-    plan = commsched.plan_for(model, (x,), lambda out: nn.functional.cross_entropy(out, y), strategy="optimal", iters=2, warmup=1)
+    try:
+        plan = commsched.plan_for(
+            model, (x,), lambda out: nn.functional.cross_entropy(out, y), strategy="optimal", iters=2, warmup=1,
+            find_unused_parameters=MODE == "unused",
+        )
+    except CommschedError as e:
+        common.emit({"rank": rank, "error": str(e)})
+        end_process_group(clean=True)
+        return
     if rank == 0:
         write_json(sys.argv[1], plan_to_json(plan))
     dist.barrier()
     loaded = commsched.load_plan(sys.argv[1])
-    dp = commsched.DataParallel(model, loaded)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    for step in range(3):
-        xb, yb = common.batch(rank, step)
-        opt.zero_grad()
-        nn.functional.cross_entropy(dp(xb), yb).backward()
-        opt.step()
+    if MODE == "ddp_options":
+        dp = DDP(model, **commsched.ddp_options(loaded, model))
+    else:
+        dp = commsched.DataParallel(model, loaded, find_unused_parameters=unused)
+    ref_model = make()
+    ref = DDP(ref_model, find_unused_parameters=unused)
+    for wrapped, m in ((dp, model), (ref, ref_model)):
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        for step in range(3):
+            xb, yb = common.batch(rank, step)
+            opt.zero_grad()
+            nn.functional.cross_entropy(wrapped(xb), yb).backward()
+            opt.step()
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     everyone = [torch.zeros_like(flat) for _ in range(dist.get_world_size())]
     dist.all_gather(everyone, flat)
     common.emit({"rank": rank, "strategy": loaded.strategy, "buckets": len(loaded.buckets),
+                 "in_plan": sorted(loaded.tensor_order), "params": sorted(n for n, _ in model.named_parameters()),
+                 "max_rel_diff": common.max_rel_diff(model, ref_model),
                  "same_on_all_ranks": all(torch.equal(everyone[0], e) for e in everyone)})
     end_process_group(clean=True)
 

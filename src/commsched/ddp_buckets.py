@@ -1,0 +1,165 @@
+"""How stock ``DistributedDataParallel`` (torch 2.14) buckets gradients, and the bucket caps that make
+it reduce exactly a plan's buckets. Pure: no torch (``commsched plan --out`` writes the caps).
+
+What torch 2.14 does (``_BucketCapacityConfig`` in ``torch/nn/parallel/distributed.py``, the C++
+``_compute_bucket_assignment_by_size`` and the reducer's bucket rebuild; each point is checked against
+torch itself by ``tests/distributed/test_ddp_buckets.py`` and ``tests/unit/test_ddp_buckets.py``):
+
+- ``bucket_cap_mb_list=[c0, c1, ...]`` gives bucket k the cap ``int(c_k * 2**20)`` bytes; the last cap
+  repeats for every later bucket.
+- The assignment walks the tensors in a given order, keeps one open bucket per dtype (and device),
+  adds each tensor to its dtype's bucket and closes that bucket as soon as its size is **>=** the
+  dtype's current cap; each dtype consumes the cap list on its own, from ``c0``. Buckets still open
+  at the end are closed there (with several dtypes torch orders those last few in no specified way).
+- Iteration 0 uses that assignment over the parameters in definition order
+  (``module.parameters()``), reversed. After the first backward, DDP rebuilds its buckets with the
+  same caps over the order in which gradients became ready in iteration 0 (rank 0's order, which
+  every rank adopts) and keeps them: so from iteration 1 on the buckets are contiguous runs in ready
+  order, which is what a plan is. The rebuild does not happen with ``find_unused_parameters=True``
+  (unless ``static_graph=True``): then the iteration-0 buckets stay for good.
+
+So a plan bucket of B bytes gets the cap B: its tensors before the last sum to less than B (every
+tensor has at least one byte) and with the last they reach B. MiB values are ``B / 2**20``, exact in
+binary floating point for every B below 2**53, so ``int(c * 2**20) == B`` again.
+
+A plan is *not* expressible when one of its buckets mixes dtypes (DDP never does), or, with
+``find_unused_parameters=True``, when its buckets are not contiguous runs of the parameters in
+reverse definition order; :func:`assign` says what DDP will do instead, and :func:`express` by how much.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from commsched.errors import CommschedError
+from commsched.types import Plan
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """What DDP's assignment looks at: a gradient tensor's name, bytes and dtype (e.g. 'float32')."""
+
+    name: str
+    bytes: int
+    dtype: str = "float32"
+
+
+def caps_bytes(plan: Plan) -> tuple[int, ...]:
+    """Per-bucket caps (bytes) under which DDP's rebuilt buckets are the plan's, for one dtype."""
+    return tuple(b.bytes for b in plan.buckets)
+
+
+def cap_mb_list(caps: Sequence[int]) -> list[float]:
+    """``bucket_cap_mb_list`` values for byte caps (exact: see the module docstring)."""
+    out = []
+    for c in caps:
+        if isinstance(c, bool) or not isinstance(c, int) or not 0 < c < 2**53:
+            raise CommschedError(f"a DDP bucket cap must be a whole number of bytes in (0, 2**53), got {c!r}")
+        out.append(c / MIB)
+    return out
+
+
+def assign(tensors: Sequence[TensorInfo], caps: Sequence[int]) -> tuple[tuple[str, ...], ...]:
+    """DDP's bucket assignment of ``tensors`` (in the order given) under per-bucket ``caps`` (bytes).
+
+    Buckets come out in the order they are closed; those still open at the end (one per dtype at
+    most) follow in the order their dtype first appeared. Torch emits that tail from a hash map, in
+    an order it does not specify: with one dtype there is one such bucket and the order is exact.
+    """
+    if not caps:
+        raise CommschedError("DDP bucket caps must not be empty")
+    open_: dict[str, tuple[list[str], int, int]] = {}  # dtype -> (names, bytes, index of its cap)
+    out: list[tuple[str, ...]] = []
+    for t in tensors:
+        names, size, k = open_.get(t.dtype, ([], 0, 0))
+        names.append(t.name)
+        size += t.bytes
+        if size >= caps[min(k, len(caps) - 1)]:
+            out.append(tuple(names))
+            open_[t.dtype] = ([], 0, k + 1)
+        else:
+            open_[t.dtype] = (names, size, k)
+    out += [tuple(names) for names, _, _ in open_.values() if names]
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Expression:
+    """How closely stock DDP can reduce a plan's buckets.
+
+    ``caps`` are the ``bucket_cap_mb_list`` caps in bytes; ``buckets`` what DDP reduces with them
+    after its rebuild (or for good, with ``find_unused_parameters=True``), in launch order;
+    ``exact`` whether that is the plan; otherwise ``moved_bytes`` is the gradient bytes that land in
+    a bucket other than the plan's (the smallest number of bytes to move from bucket to bucket to
+    turn DDP's layout into the plan's, counting a tensor once) and ``reason`` says why.
+    """
+
+    caps: tuple[int, ...]
+    buckets: tuple[tuple[str, ...], ...]
+    exact: bool
+    moved_bytes: int
+    reason: str = ""
+
+    def kwargs(self) -> dict:
+        return {"bucket_cap_mb_list": cap_mb_list(self.caps)}
+
+
+def express(plan: Plan, tensors: Sequence[TensorInfo] | None = None, definition_order: Sequence[str] | None = None) -> Expression:
+    """The caps for ``plan`` and what DDP does with them.
+
+    ``tensors`` (the model's gradient tensors, any order) give per-tensor bytes and dtypes; without
+    them one dtype is assumed and the plan is exact by construction. ``definition_order`` (the
+    trainable parameters' names in ``module.parameters()`` order) asks for the layout DDP keeps with
+    ``find_unused_parameters=True``: the assignment over that order reversed, caps taken in that
+    order; the caps are then the plan's bucket sizes as they appear along it.
+    """
+    order = plan.tensor_order
+    if tensors is None:
+        if definition_order is not None:
+            raise CommschedError("express() needs the tensors' sizes to follow the definition order")
+        caps = caps_bytes(plan)
+        return Expression(caps, tuple(b.tensors for b in plan.buckets), True, 0)
+    info = {t.name: t for t in tensors}
+    missing = [n for n in order if n not in info]
+    if missing:
+        raise CommschedError(f"plan {plan.strategy!r} names tensor {missing[0]!r}, which the model has no trainable parameter for")
+    if definition_order is None:
+        walk = [info[n] for n in order]
+        caps = caps_bytes(plan)
+    else:
+        walk = [info[n] for n in reversed(definition_order) if n in info]
+        bucket_of = {n: j for j, b in enumerate(plan.buckets) for n in b.tensors}
+        # caps in the order buckets close along the walk (DDP walks definition order and reverses
+        # the result, which closes buckets at the same points as walking the reverse here when each
+        # plan bucket is a contiguous run; when it is not, the layout differs and ``exact`` says so)
+        seen: list[int] = []
+        for t in walk:
+            if t.name in bucket_of and (not seen or seen[-1] != bucket_of[t.name]):
+                seen.append(bucket_of[t.name])
+        caps = tuple(plan.buckets[j].bytes for j in reversed(seen))
+        realised = assign([info[n] for n in definition_order if n in info], caps)
+        got = tuple(tuple(reversed(b)) for b in reversed(realised))
+        return _compare(plan, caps, got, info, "find_unused_parameters=True keeps DDP's first buckets (reverse definition order)")
+    return _compare(plan, caps, assign(walk, caps), info, "a bucket mixes dtypes; DDP buckets each dtype apart")
+
+
+def _compare(plan: Plan, caps, got, info, why: str) -> Expression:
+    want = [set(b.tensors) for b in plan.buckets]
+    exact = len(got) == len(want) and all(set(g) == w for g, w in zip(got, want))
+    if exact:
+        return Expression(tuple(caps), got, True, 0)
+    # bytes outside the best-matching plan bucket of each realised bucket (each plan bucket used once)
+    kept, used = 0, set()
+    for g in sorted(got, key=lambda g: -sum(info[n].bytes for n in g)):
+        best = max(
+            ((sum(info[n].bytes for n in g if n in w), j) for j, w in enumerate(want) if j not in used),
+            default=(0, -1),
+        )
+        if best[1] >= 0:
+            used.add(best[1])
+            kept += best[0]
+    total = sum(info[n].bytes for b in plan.buckets for n in b.tensors)
+    return Expression(tuple(caps), got, False, total - kept, why)

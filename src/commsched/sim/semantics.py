@@ -1,0 +1,98 @@
+"""Execution semantics: how the runtime that runs a plan executes its all-reduces, and how they and
+backward compute slow each other down. Every simulation and every planner takes one.
+
+Backends (``backend``, ``threads``):
+
+- ``nccl``: one stream per communicator, so a process group's all-reduces run one at a time in the
+  order launched (DESIGN.md's reference semantics; ``threads`` is 1).
+- ``gloo``: ``ProcessGroupGloo`` puts every collective on one FIFO work queue served by
+  ``options.threads`` worker threads (2 unless the group was made with other options: torch 2.14's
+  ``ProcessGroupGloo::runLoop`` pops the queue's front, each thread runs one collective to its end),
+  so up to ``threads`` all-reduces are in flight at once, over the same connections. With n in
+  flight each progresses at (1 + concurrency_gain x (n - 1)) / n of its solo speed: gain 0 means
+  they share the link (the total rate is that of one), gain 1 that they do not slow each other.
+  ``validate`` measures the gain (two all-reduces launched together against one after the other):
+  0 on the emulated cluster at every size from 4 KiB to 64 MiB (BENCHMARKS.md).
+
+DDP launches buckets in index order as they become ready (the reducer's ``next_bucket_``), so a
+bucket is launched when its last gradient is ready and every earlier bucket is launched.
+
+Contention (LIBRA's g(b, r) in its simplest measured form, with a per-call term):
+
+- ``compute_slowdown`` c: while an all-reduce is in flight, backward compute runs at 1 / (1 + c);
+- ``comm_slowdown`` m: while backward compute runs, an all-reduce progresses at 1 / (1 + m);
+- ``call_overhead_s`` d: an all-reduce launched while backward compute still has work to do costs
+  d more seconds of its own work (the wake-ups of a collective's thread on cores busy with
+  compute). Measured, per call and per message size, an all-reduce under compute took
+  (1 + m) (T(b) + d): a slowdown that grows as messages shrink, (1 + m)(1 + d / T(b)), which is
+  the size dependence of LIBRA's p(c, r) in the message size c.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+from commsched.errors import CommschedError
+
+Backend = Literal["nccl", "gloo"]
+GLOO_DEFAULT_THREADS = 2  # ProcessGroupGloo::Options default in torch 2.14 (``_threads`` of the default group)
+
+
+def _check(what: str, v: float, upper: float) -> None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and 0 <= v <= upper):
+        raise CommschedError(f"{what} must be a finite number in [0, {upper:g}], got {v!r}")
+
+
+@dataclass(frozen=True)
+class Semantics:
+    backend: Backend = "nccl"
+    threads: int = 1
+    concurrency_gain: float = 0.0
+    compute_slowdown: float = 0.0
+    comm_slowdown: float = 0.0
+    call_overhead_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.backend not in ("nccl", "gloo"):
+            raise CommschedError(f"backend must be 'nccl' or 'gloo', got {self.backend!r}")
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or not 1 <= self.threads <= 64:
+            raise CommschedError(f"threads must be a whole number in [1, 64], got {self.threads!r}")
+        if self.backend == "nccl" and self.threads != 1:
+            raise CommschedError(f"nccl runs a communicator's all-reduces one at a time: threads must be 1, got {self.threads}")
+        _check("concurrency_gain", self.concurrency_gain, 1.0)
+        _check("compute_slowdown", self.compute_slowdown, 1e3)
+        _check("comm_slowdown", self.comm_slowdown, 1e3)
+        _check("call_overhead_s", self.call_overhead_s, 1e3)
+
+    @property
+    def contended(self) -> bool:
+        return bool(self.compute_slowdown or self.comm_slowdown or self.call_overhead_s)
+
+    @property
+    def serial_equivalent(self) -> bool:
+        """True when the iteration is the serial (nccl) one: one thread, or several that share the
+        link without gain. Then the total work in flight evolves exactly as with one thread (the
+        rates depend only on whether anything is in flight), so bucket end times may differ but the
+        last one, the end of compute and hence the iteration time do not (a property test checks it)."""
+        return self.threads == 1 or self.concurrency_gain == 0.0
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+NCCL = Semantics()
+GLOO = Semantics("gloo", threads=GLOO_DEFAULT_THREADS)
+
+
+def semantics_from_json(doc: object, where: str = "semantics") -> Semantics:
+    if not isinstance(doc, dict):
+        raise CommschedError(f"{where}: expected an object, got {type(doc).__name__}")
+    unknown = set(doc) - set(Semantics.__dataclass_fields__)
+    if unknown:
+        raise CommschedError(f"{where}: unknown field {sorted(unknown)[0]!r}")
+    try:
+        return Semantics(**doc)
+    except TypeError as e:
+        raise CommschedError(f"{where}: {e}") from None

@@ -1,0 +1,171 @@
+"""The simulator under execution semantics: NCCL's serial run is the previous contended simulator
+unchanged; gloo's threads that share the link without gain end every iteration when the serial run
+does; more threads with gain never make the last all-reduce later than sharing does."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from commsched.cost.models import AlphaBeta
+from commsched.errors import CommschedError
+from commsched.planners import STRATEGIES
+from commsched.sim.contention import simulate_run
+from commsched.sim.semantics import GLOO, NCCL, Semantics, semantics_from_json
+from commsched.sim.timeline import prefix_bytes
+from commsched.types import ModelProfile, TensorSpec
+from tests.conftest import costs, profiles
+
+factors = st.one_of(st.just(0.0), st.floats(0.0, 2.0))
+overheads = st.one_of(st.just(0.0), st.floats(0.0, 0.05))
+
+
+def close(a, b, rel=1e-9):
+    return abs(a - b) <= rel * max(abs(a), abs(b)) + 1e-12
+
+
+def frozen_serial_contended(forward_s, work, pb, ends, cost, slow_compute, slow_comm):
+    """The contended simulator's event loop as it was before execution semantics (commit 170d484),
+    kept verbatim as the reference the NCCL case must still equal."""
+    n = len(work)
+    t = forward_s
+    i, left = 0, work[0]
+    queue: deque[int] = deque()
+    active, comm_left = -1, 0.0
+    j_next = 0
+    starts, finishes = [0.0] * len(ends), [0.0] * len(ends)
+    backward_end = t
+    while i < n or active >= 0 or queue:
+        if active < 0 and queue:
+            active = queue.popleft()
+            comm_left = cost.time_s(pb[ends[active]] - pb[ends[active - 1] if active else 0])
+            starts[active] = t
+        computing = i < n
+        r_compute = 1.0 / slow_compute if active >= 0 else 1.0
+        r_comm = 1.0 / slow_comm if computing else 1.0
+        dt_compute = left / r_compute if computing else math.inf
+        dt_comm = comm_left / r_comm if active >= 0 else math.inf
+        dt = min(dt_compute, dt_comm)
+        if dt == math.inf:
+            break
+        t += dt
+        if computing:
+            left = 0.0 if dt == dt_compute else left - dt * r_compute
+        if active >= 0:
+            comm_left = 0.0 if dt == dt_comm else comm_left - dt * r_comm
+        if computing and left <= 0.0:
+            i += 1
+            if i == ends[j_next]:
+                queue.append(j_next)
+                j_next += 1
+            if i < n:
+                left = work[i]
+            else:
+                backward_end = t
+        if active >= 0 and comm_left <= 0.0:
+            finishes[active] = t
+            active = -1
+    return starts, finishes, backward_end
+
+
+@given(profiles(max_tensors=30), costs, st.sampled_from(sorted(STRATEGIES)), factors, factors)
+def test_nccl_is_the_previous_contended_simulator(profile, cost, name, cs, ms):
+    ends = STRATEGIES[name].ends(profile, cost)
+    tl = simulate_run(profile, ends, cost, Semantics(compute_slowdown=cs, comm_slowdown=ms))
+    s, f, b = frozen_serial_contended(
+        profile.forward_s, [t.backward_s for t in profile.tensors], prefix_bytes(profile), ends, cost, 1 + cs, 1 + ms
+    )
+    assert close(tl.iteration_s, f[-1] + profile.optimizer_s) and close(tl.compute_s, b)
+    for span, s0, f0 in zip(tl.allreduces, s, f):
+        assert close(span.start_s, s0) and close(span.end_s, f0)
+
+
+@given(profiles(max_tensors=30), costs, st.sampled_from(sorted(STRATEGIES)), factors, factors, overheads, st.integers(2, 4))
+def test_gloo_threads_sharing_the_link_end_when_the_serial_run_ends(profile, cost, name, cs, ms, d, threads):
+    ends = STRATEGIES[name].ends(profile, cost)
+    serial = simulate_run(profile, ends, cost, Semantics(compute_slowdown=cs, comm_slowdown=ms, call_overhead_s=d))
+    gloo = simulate_run(profile, ends, cost, Semantics("gloo", threads, 0.0, cs, ms, d))
+    assert close(gloo.iteration_s, serial.iteration_s, 1e-7) and close(gloo.compute_s, serial.compute_s, 1e-7)
+
+
+@given(profiles(max_tensors=30), costs, st.sampled_from(sorted(STRATEGIES)), factors, factors, overheads)
+def test_one_gloo_thread_is_the_serial_run(profile, cost, name, cs, ms, d):
+    ends = STRATEGIES[name].ends(profile, cost)
+    a = simulate_run(profile, ends, cost, Semantics(compute_slowdown=cs, comm_slowdown=ms, call_overhead_s=d))
+    b = simulate_run(profile, ends, cost, Semantics("gloo", 1, 0.5, cs, ms, d))
+    assert [(x.start_s, x.end_s) for x in a.allreduces] == [(x.start_s, x.end_s) for x in b.allreduces]
+
+
+@given(profiles(max_tensors=30), costs, st.sampled_from(sorted(STRATEGIES)), st.floats(0.0, 1.0), st.integers(2, 4))
+def test_in_flight_never_exceeds_the_threads_and_order_is_fifo(profile, cost, name, gain, threads):
+    ends = STRATEGIES[name].ends(profile, cost)
+    tl = simulate_run(profile, ends, cost, Semantics("gloo", threads, gain, 0.3, 0.1, 0.001))
+    spans = tl.allreduces
+    starts = [s.start_s for s in spans]
+    assert starts == sorted(starts)  # FIFO: executed in launch order
+    ready = profile.ready_s
+    for j, s in enumerate(spans):
+        assert s.start_s >= ready[ends[j] - 1] * (1 - 1e-12) and s.end_s >= s.start_s
+        running = sum(1 for o in spans if o.start_s <= s.start_s < o.end_s)
+        assert running <= threads
+
+
+@given(profiles(max_tensors=20), st.sampled_from(sorted(STRATEGIES)), st.floats(0.0, 1.0), st.floats(0.0, 1.0))
+def test_more_gain_never_ends_later_without_contention(profile, name, g1, g2):
+    cost = AlphaBeta(1e-3, 1e-9)
+    ends = STRATEGIES[name].ends(profile, cost)
+    lo, hi = sorted((g1, g2))
+    a = simulate_run(profile, ends, cost, Semantics("gloo", 2, lo)).iteration_s
+    b = simulate_run(profile, ends, cost, Semantics("gloo", 2, hi)).iteration_s
+    assert b <= a * (1 + 1e-9)
+
+
+def test_hand_worked_gloo_sharing():
+    # three tensors ready at 1, 1, 1 (forward 1 s, no backward work), one bucket each of T = 2 s.
+    p = ModelProfile("m", 1, "d", "estimated", 1.0, tuple(TensorSpec(n, 10, 0.0) for n in "abc"))
+    cost = AlphaBeta(2.0, 0.0)
+    # two threads sharing the link: a and b run together at half speed, end at 5; c runs 5..7
+    tl = simulate_run(p, (1, 2, 3), cost, GLOO)
+    assert [(s.start_s, s.end_s) for s in tl.allreduces] == [(1.0, 5.0), (1.0, 5.0), (5.0, 7.0)]
+    assert tl.iteration_s == 7.0 == simulate_run(p, (1, 2, 3), cost, NCCL).iteration_s
+    # with gain 1 they do not slow each other: a, b end at 3, c at 5
+    tl = simulate_run(p, (1, 2, 3), cost, Semantics("gloo", 2, 1.0))
+    assert [(s.start_s, s.end_s) for s in tl.allreduces] == [(1.0, 3.0), (1.0, 3.0), (3.0, 5.0)]
+
+
+def test_call_overhead_applies_to_buckets_launched_while_compute_has_work_left():
+    # a (1 s of backward) then b (1 s): bucket a launched during compute pays d, bucket b does not
+    p = ModelProfile("m", 1, "d", "estimated", 1.0, (TensorSpec("a", 10, 1.0), TensorSpec("b", 10, 1.0)))
+    tl = simulate_run(p, (1, 2), AlphaBeta(0.5, 0.0), Semantics(call_overhead_s=0.25))
+    assert [(s.start_s, s.end_s) for s in tl.allreduces] == [(2.0, 2.75), (3.0, 3.5)]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"backend": "mpi"},
+        {"backend": "nccl", "threads": 2},
+        {"backend": "gloo", "threads": 0},
+        {"backend": "gloo", "threads": True},
+        {"concurrency_gain": 1.5},
+        {"compute_slowdown": -0.1},
+        {"comm_slowdown": float("nan")},
+        {"call_overhead_s": float("inf")},
+    ],
+)
+def test_bad_semantics_are_errors(bad):
+    with pytest.raises(CommschedError):
+        Semantics(**bad)
+
+
+def test_semantics_json_round_trip_and_errors():
+    s = Semantics("gloo", 2, 0.1, 0.5, 0.05, 0.002)
+    assert semantics_from_json(s.to_json()) == s
+    with pytest.raises(CommschedError, match="unknown field"):
+        semantics_from_json({"threads": 1, "speed": 2})
+    with pytest.raises(CommschedError):
+        semantics_from_json([1])
