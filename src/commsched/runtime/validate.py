@@ -1,56 +1,64 @@
 """Validate predictions against measurement on a real process group (run under torchrun).
 
-Every rank, in lockstep:
+What is measured is the path users take: every strategy's plan run by stock
+``DistributedDataParallel`` with its bucket caps (:func:`commsched.ddp_options`), beside stock DDP
+with its defaults. Every rank, in lockstep:
 
-1. measures the model's compute profile inside training steps whose only all-reduce follows
-   backward (SyncEASGD's plan: nothing overlaps the compute), all ranks at once so the measurement
-   sees the same CPU sharing as training. Per step, each tensor's ready time is the slowest rank's
-   (a synchronous step waits for it); the profile is the median over steps;
-2. benchmarks all-reduce as the runtime issues it (:func:`bench_runtime_allreduce`: one bucket per
-   message size, each launched by DataParallel when the previous completes) and fits a cluster model
-   (alpha-beta or OSF Eq. 18) that predicts with; the barrier-separated benchmark of ``bench-comm``
-   is run and fitted too, and reported beside it;
-3. measures contention both ways: compute slowed by an all-reduce in flight, and an all-reduce slowed
-   by compute, the simplest form of LIBRA's g(b, r) (:mod:`commsched.sim.contention`);
-4. plans every strategy; ``optimal`` is planned for the measured contention, within 1% of that
-   optimum (:mod:`commsched.planners.optimal_contended`);
-5. trains with every strategy and with stock ``DistributedDataParallel``, interleaved round by round
-   (A B C ... A B C ...), each from the same weights. Each round also repeats steps 1 and 3 (the
-   profile steps and the contention probes), so that what predicts and what is predicted are
-   measured over the same minutes: on a shared machine whose speed drifts by 10-20% between minutes,
-   a profile taken only before the run made every prediction of a run off by the same few percent.
+1. measures the compute profile inside training steps of stock DDP with one bucket (SyncEASGD's
+   plan: its only all-reduce follows backward, nothing overlaps compute), recorded by
+   :class:`~commsched.runtime.record.StepRecorder`. Per step each tensor's ready time is the
+   slowest rank's (a synchronous step waits for it); the profile is the median over steps;
+2. benchmarks all-reduce as DDP's reducer issues it: k buckets of one size launched back to back
+   into the process group (gloo's FIFO queue and threads do the rest), time per call from the
+   first launch to the last end; a ``table`` cost model of those times (made non-decreasing) is
+   what predictions use;
+3. measures the runtime's semantics (:mod:`commsched.sim.semantics`): the process group's thread
+   count; the concurrency gain (two all-reduces launched together against one); compute slowed
+   by an all-reduce in flight (c); and, at several message sizes, k-chains of all-reduces launched
+   at the start of a backward pass against the same alone: fitted to (1 + m)(T(b) + d), the
+   size-dependent slowdown of LIBRA's p(c, r) as a factor and a per-call cost;
+4. plans every strategy for those semantics (``optimal`` to within 1% of the optimum);
+5. trains every strategy and stock DDP, interleaved round by round (A B C ... A B C ...), each from
+   the same weights; each round also repeats the profile steps and one probe of step 3, so that what
+   predicts and what is predicted are measured over the same minutes (this machine's speed drifts
+   10-20% between minutes). After the rounds each variant runs recorded steps (stock DDP with a
+   recording comm hook) for the measured timelines.
 
-Predictions are then made from the profile and contention measured in the rounds (the plans were
-made from those measured before, as a user plans); the error of predictions from the numbers before
-the run is reported beside them. Rank 0 prints predicted vs measured with the error, and the
-measured speedup over stock DDP, and writes ``validate.json``, ``validate.png``, the measured profile
-(``profile.json``) and the measured timeline of the best strategy (``measured-trace.json``,
-``measured-gantt.png``) to the output directory.
+Rank 0 prints predicted vs measured step time with the error and its 95% bootstrap interval, and the
+measured speedup over stock DDP's defaults with its interval, and writes ``validate.json``,
+``validate.png``, the measured profile (``profile.json``) and the measured and predicted timeline of
+the fastest strategy (``measured-trace.json``, ``measured-gantt.png``).
 """
 
 from __future__ import annotations
 
 import copy
+import math
+import random
 import statistics
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from commsched.cost.cluster import ClusterSpec
-from commsched.cost.models import AlphaBeta
+from commsched.cost.models import Table
 from commsched.errors import CommschedError
-from commsched.planners import STRATEGIES, Optimal, make_plan
+from commsched.planners import DDP, STRATEGIES, SyncEASGD, make_plan, planner_for
 from commsched.runtime.bench_comm import CommSamples
-from commsched.sim.contention import simulate_contended
-from commsched.sim.timeline import ends_of_plan, simulate
+from commsched.sim.contention import simulate_run
+from commsched.sim.semantics import GLOO_DEFAULT_THREADS, Semantics
+from commsched.sim.timeline import ends_of_plan
 from commsched.types import ModelProfile, Plan, TensorSpec
 
 STOCK = "torch-ddp"
-_ZERO_COST = AlphaBeta(0.0, 0.0)  # a plan whose layout does not depend on costs (SyncEASGD) needs none
+MIB = 1 << 20
+PROBE_SIZES = (16 * 1024, 1 * MIB, 8 * MIB)  # where per-call costs, the middle and bandwidth dominate
+GAIN_SIZES = (16 * 1024, 1 * MIB)
 
 
 @dataclass(frozen=True)
@@ -60,69 +68,144 @@ class ValidationConfig:
     image_size: int | None = None
     strategies: tuple[str, ...] = tuple(STRATEGIES)
     rounds: int = 12
-    steps: int = 2  # timed steps per strategy per round (one untimed step of each before round 1)
+    steps: int = 2  # timed steps per variant per round (one untimed step of each before round 1)
     profile_iters: int = 8  # profile steps before the run (for planning); each round repeats ``steps``
-    contention_iters: int = 6  # contention probes before the run; each round repeats one
-    resamples: int = 200  # bootstrap resamples for the errors' 95% intervals
-    comm_repeats: int = 7
-    comm_steps: int = 12  # timed steps of the runtime all-reduce benchmark, after two warm-up steps
+    probe_iters: int = 4  # probes (step 3) before the run; each round repeats one
+    resamples: int = 200  # bootstrap resamples for the 95% intervals
+    chain_repeats: int = 5  # timed chains per message size in the cost benchmark
+    recorded_steps: int = 2  # recorded steps per variant after the rounds
     lr: float = 0.01
     out_dir: str = "out/validate"
 
     def __post_init__(self) -> None:
-        for what in ("batch_size", "rounds", "steps", "profile_iters", "contention_iters", "resamples", "comm_repeats", "comm_steps"):
+        for what in ("batch_size", "rounds", "steps", "profile_iters", "probe_iters", "resamples", "chain_repeats", "recorded_steps"):
             v = getattr(self, what)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise CommschedError(f"validate {what} must be a positive integer, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 100_000:
+                raise CommschedError(f"validate {what} must be a whole number in [1, 100000], got {v!r}")
 
 
-def _gather(obj):
-    out = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
-    return out
+# --- the runtime ------------------------------------------------------------------------------
 
 
-def _step_fn(model: nn.Module, wrapped: nn.Module, inputs: tuple, loss_fn, lr: float):
-    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=lr, momentum=0.9)
+def runtime_threads(group=None) -> int:
+    """How many collectives the process group runs at once: gloo's worker threads (read from the
+    backend's options), 1 for NCCL (one stream per communicator)."""
+    if dist.get_backend(group) != "gloo":
+        return 1
+    try:
+        pg = group if group is not None else dist.distributed_c10d._get_default_group()
+        return int(pg._get_backend(torch.device("cpu")).options._threads)
+    except (AttributeError, RuntimeError):  # private API: fall back to torch 2.14's default
+        return GLOO_DEFAULT_THREADS
 
-    def step() -> float:
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss_fn(wrapped(*inputs)).backward()
-        opt.step()
-        return time.perf_counter() - t0
 
-    return step, opt
+def _comm_device() -> torch.device:
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
 
 
-class _ContentionProbe:
-    """Measures the two factors of :func:`~commsched.sim.contention.simulate_contended`.
+def _launch_chain(buffers: list[torch.Tensor]):
+    """Launch one all-reduce per buffer back to back, as DDP's reducer launches ready buckets; the
+    returned list receives the time the last one completed (stamped by its completion callback)."""
+    done: list[float] = []
+    works = [dist.all_reduce(b, async_op=True) for b in buffers]
+    stamped = works[-1].get_future().then(lambda _f: done.append(time.perf_counter()))
+    return works, stamped, done
 
-    One :meth:`sample` times, interleaved so that drift hits them alike: a backward pass alone; a
-    backward pass with an all-reduce in flight throughout (a message whose all-reduce outlasts it); an
-    all-reduce alone; and the same all-reduce run entirely during a backward pass (a message needing
-    about a third of its time). Each forward runs first, untimed, and ranks meet at a barrier before
-    the timed part, so both ranks start it together. Backward, not forward, is what the all-reduces
-    of training overlap, so backward is what is timed (an earlier probe timed forward+backward, and
-    its all-reduce mostly overlapped the forward). The long message is sized from the cluster fit to
-    outlast the backward pass but capped at 256 MiB; a sample in which it ended first is counted
-    (``long_message_ended_early`` in the report), since it understates compute_slowdown. The all-reduce's end is stamped by a completion
-    callback, which can run a little late when it waits for the GIL, so comm_slowdown errs high if
-    anything. :func:`contention_of` turns samples into the factors: ratios of medians, minus 1,
-    clipped at 0. Message sizes are fixed at construction from the slowest rank's backward time, so
-    they are the same on every rank (collective).
+
+def _chain_s(buffers: list[torch.Tensor]) -> float:
+    t0 = time.perf_counter()
+    works, stamped, done = _launch_chain(buffers)
+    for w in works:
+        w.wait()
+    stamped.wait()
+    return done[0] - t0
+
+
+def _max_over_ranks(values: list[float], op=dist.ReduceOp.MAX) -> list[float]:
+    t = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(t, op=op)
+    return t.tolist()
+
+
+def chain_length(size_bytes: int) -> int:
+    """Calls per timed chain: 8 for small messages (their per-call cost is what is measured), fewer
+    as messages grow, one from 8 MiB on."""
+    return max(1, min(8, (8 * MIB) // size_bytes))
+
+
+def bench_chains(sizes_bytes: tuple[int, ...], repeats: int) -> CommSamples:
+    """All-reduce time per call as the runtime issues it (module docstring, step 2).
+
+    ``time_s`` is per size the slowest rank's mean per call over ``repeats`` chains (``statistic``
+    "mean": a plan's buckets pay the mean, and on this project's 2-core machines per-call times
+    are bimodal, an answer at once or after a scheduler tick); ``min_s``/``max_s`` the fastest and
+    slowest chain's per-call time on any rank. Every rank must call it with the same arguments.
+    """
+    sizes = tuple(sorted(set(sizes_bytes)))
+    if not sizes or any(s <= 0 or s % 4 for s in sizes):
+        raise CommschedError(f"chain sizes must be positive multiples of 4 bytes, got {list(sizes_bytes)}")
+    device = _comm_device()
+    means, lows, highs = [], [], []
+    for s in sizes:
+        k = chain_length(s)
+        bufs = [torch.zeros(s // 4, device=device) for _ in range(k)]
+        _chain_s(bufs)  # warm-up: first touch of the buffers
+        dist.barrier()
+        per_call = [_chain_s(bufs) / k for _ in range(repeats)]
+        means.append(statistics.fmean(per_call))
+        lows.append(min(per_call))
+        highs.append(max(per_call))
+    return CommSamples(
+        dist.get_backend(), dist.get_world_size(), sizes,
+        tuple(_max_over_ranks(means)), tuple(_max_over_ranks(lows, dist.ReduceOp.MIN)), tuple(_max_over_ranks(highs)),
+        statistic="mean",
+    )
+
+
+def table_cost(samples: CommSamples) -> Table:
+    """The measured per-call times as a ``table`` cost, made non-decreasing in size by pooling
+    adjacent violators (a larger message never costs less; what is left of a dip is noise)."""
+    blocks: list[list[float]] = []  # [sum, count]
+    for t in samples.time_s:
+        blocks.append([t, 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            s, c = blocks.pop()
+            blocks[-1][0] += s
+            blocks[-1][1] += c
+    ys = [s / c for s, c in blocks for _ in range(int(c))]
+    return Table(tuple(samples.sizes_bytes), tuple(ys))
+
+
+# --- probes: contention and concurrency -----------------------------------------------------------
+
+
+class _Probe:
+    """One :meth:`sample` measures, interleaved so that drift hits them alike (every rank in lockstep):
+
+    - a backward pass alone, and one with a long all-reduce in flight throughout (compute slowdown c;
+      the message is sized from the cost table to outlast the backward pass, capped at 256 MiB, and
+      a sample where it ended first is counted in ``long_message_ended_early``);
+    - for each probe size b: a chain of k all-reduces alone, and the same chain launched at the start
+      of a backward pass (k sized so the chain takes about a third of the backward pass);
+    - for each gain size: one all-reduce alone and two launched together.
+
+    Each forward runs first, untimed, and ranks meet at a barrier before each timed part.
     """
 
-    def __init__(self, model: nn.Module, inputs: tuple, loss_fn, cluster: ClusterSpec) -> None:
+    def __init__(self, model: nn.Module, inputs: tuple, loss_fn, cost: Table, max_bytes: int) -> None:
         self.model, self.inputs, self.loss_fn = copy.deepcopy(model), inputs, loss_fn
         self._backward(self._forward())
-        box = torch.tensor([statistics.median(self._backward(self._forward()) for _ in range(3))], dtype=torch.float64)
-        dist.all_reduce(box, op=dist.ReduceOp.MAX)
-        sizing = float(box.item())
-        per_byte = max(cluster.allreduce.time_s(2**26) - cluster.allreduce.time_s(2**20), 1e-12) / (2**26 - 2**20)
-        self.long_msg = torch.zeros(int(min(max(2.0 * sizing / per_byte, 2**20), 2**28)) // 4)
-        self.short_msg = torch.zeros(int(min(max(sizing / 3 / per_byte, 2**16), 2**26)) // 4)
-        self.ended_early = 0  # samples whose long all-reduce ended before the backward pass
+        backward = max(_max_over_ranks([statistics.median(self._backward(self._forward()) for _ in range(3))]))
+        per_byte = max(cost.time_s(64 * MIB) - cost.time_s(MIB), 1e-12) / (63 * MIB)
+        device = _comm_device()
+        self.long_msg = torch.zeros(int(min(max(2.0 * backward / per_byte, MIB), 2**28)) // 4, device=device)
+        self.sizes = tuple(s for s in PROBE_SIZES if s <= max(max_bytes, PROBE_SIZES[0]))
+        self.chains = {
+            s: [torch.zeros(s // 4, device=device) for _ in range(max(1, min(32, round(backward / 3 / max(cost.time_s(s), 1e-6)))))]
+            for s in self.sizes
+        }
+        self.pairs = {s: [torch.zeros(s // 4, device=device) for _ in range(2)] for s in GAIN_SIZES}
+        self.ended_early = 0
 
     def _forward(self) -> torch.Tensor:
         return self.loss_fn(self.model(*self.inputs))
@@ -132,143 +215,139 @@ class _ContentionProbe:
         loss.backward()
         return time.perf_counter() - t0
 
-    def sample(self) -> tuple[float, float, float, float]:
-        """(backward alone, backward under an all-reduce, all-reduce alone, all-reduce under backward), seconds."""
+    def sample(self) -> dict:
+        out: dict = {}
         loss = self._forward()
         dist.barrier()
-        alone = self._backward(loss)
+        out["backward_s"] = self._backward(loss)
         loss = self._forward()
         dist.barrier()
         work = dist.all_reduce(self.long_msg, async_op=True)
-        under = self._backward(loss)
+        out["backward_under_allreduce_s"] = self._backward(loss)
         self.ended_early += work.is_completed()
         work.wait()
-        dist.barrier()
-        t0 = time.perf_counter()
-        dist.all_reduce(self.short_msg)
-        comm_alone = time.perf_counter() - t0
-        loss = self._forward()
-        dist.barrier()
-        done: list[float] = []
-        t0 = time.perf_counter()
-        work = dist.all_reduce(self.short_msg, async_op=True)
-        stamped = work.get_future().then(lambda _f: done.append(time.perf_counter()))
-        self._backward(loss)
-        stamped.wait()  # the callback has run: its timestamp, not the end of backward, ends the all-reduce
-        return alone, under, comm_alone, done[0] - t0
+        for s, bufs in self.chains.items():
+            dist.barrier()
+            alone = _chain_s(bufs) / len(bufs)
+            loss = self._forward()
+            dist.barrier()
+            t0 = time.perf_counter()
+            works, stamped, done = _launch_chain(bufs)
+            self._backward(loss)
+            for w in works:
+                w.wait()
+            stamped.wait()
+            out[f"chain_{s}"] = (alone, (done[0] - t0) / len(bufs))
+        for s, (a, b) in self.pairs.items():
+            dist.barrier()
+            one = _chain_s([a])
+            dist.barrier()
+            out[f"pair_{s}"] = (one, _chain_s([a, b]))
+        return out
 
-    def report(self, samples: list[tuple[float, float, float, float]]) -> dict:
+    def report(self, samples: list[dict], resamples: int, threads: int) -> dict:
         return {
-            **contention_of(samples),
+            **contention_of(samples, resamples, threads),
             "long_message_bytes": self.long_msg.numel() * 4,
-            "short_message_bytes": self.short_msg.numel() * 4,
+            "chain_calls": {str(s): len(b) for s, b in self.chains.items()},
             "long_message_ended_early": self.ended_early,  # this rank's count so far
         }
 
 
-def contention_of(samples: list[tuple[float, float, float, float]]) -> dict:
-    """The contention factors from :meth:`_ContentionProbe.sample` tuples (of any ranks): ratios of medians."""
-    alone, under, comm_alone, comm_under = (statistics.median(x) for x in zip(*samples))
+def fit_call_slowdown(alone: list[float], under: list[float]) -> tuple[float, float]:
+    """(m, d) of under = (1 + m)(alone + d), per call, by least squares on the relative error;
+    m and d clipped at 0 (a faster all-reduce under compute is noise, not a model)."""
+    a = np.asarray(alone, dtype=np.float64)
+    u = np.asarray(under, dtype=np.float64)
+    if a.size == 0:
+        return 0.0, 0.0
+    if a.size == 1:
+        return max(0.0, float(u[0] / a[0]) - 1.0), 0.0
+    design = np.stack([a / u, 1.0 / u], axis=1)
+    (slope, offset), *_ = np.linalg.lstsq(design, np.ones_like(u), rcond=None)
+    slope = max(float(slope), 1.0)
+    offset = max(float(offset), 0.0)
+    return slope - 1.0, offset / slope
+
+
+def contention_of(samples: list[dict], resamples: int = 0, threads: int = 1, seed: int = 0) -> dict:
+    """The semantics' measured numbers from :meth:`_Probe.sample` dicts (of any ranks): medians,
+    then ratios; the gain's 95% bootstrap interval decides whether it is used (else 0)."""
+    med = lambda key, i=None: statistics.median(s[key] if i is None else s[key][i] for s in samples)  # noqa: E731
+    alone_b, under_b = med("backward_s"), med("backward_under_allreduce_s")
+    chain_keys = sorted((k for k in samples[0] if k.startswith("chain_")), key=lambda k: int(k[6:]))
+    per_size = {k[6:]: (med(k, 0), med(k, 1)) for k in chain_keys}
+    m, d = fit_call_slowdown([a for a, _ in per_size.values()], [u for _, u in per_size.values()])
+    pair_keys = [k for k in samples[0] if k.startswith("pair_")]
+
+    def gain(ss) -> float:
+        vals = [2 * statistics.median(s[k][0] for s in ss) / statistics.median(s[k][1] for s in ss) - 1 for k in pair_keys]
+        return statistics.median(vals) if vals else 0.0
+
+    g = gain(samples)
+    lo = hi = g
+    if resamples and len(samples) > 1:
+        rng = random.Random(seed)
+        boot = sorted(gain([samples[rng.randrange(len(samples))] for _ in samples]) for _ in range(resamples))
+        cut = int(0.025 * (len(boot) - 1))
+        lo, hi = boot[cut], boot[len(boot) - 1 - cut]
+    used = min(1.0, max(0.0, g)) if (threads > 1 and lo > 0) else 0.0
     return {
-        "compute_alone_s": alone,  # a backward pass
-        "compute_under_allreduce_s": under,
-        "compute_slowdown": max(0.0, under / alone - 1),
-        "allreduce_alone_s": comm_alone,
-        "allreduce_under_compute_s": comm_under,
-        "comm_slowdown": max(0.0, comm_under / comm_alone - 1),
+        "threads": threads,
+        "compute_alone_s": alone_b,
+        "compute_under_allreduce_s": under_b,
+        "compute_slowdown": max(0.0, under_b / alone_b - 1),
+        "comm_slowdown": m,
+        "call_overhead_s": d,
+        "allreduce_per_call_s": {k: {"alone": a, "under_compute": u, "ratio": u / a} for k, (a, u) in per_size.items()},
+        "concurrency_gain_measured": g,
+        "concurrency_gain_ci95": [lo, hi],
+        "concurrency_gain": used,
         "samples": len(samples),
     }
 
 
-class _Messages(nn.Module):
-    """One parameter per message size; every gradient is ready at once (d loss / d p = x)."""
+def semantics_of(contention: dict, backend: str) -> Semantics:
+    threads = contention["threads"] if backend == "gloo" else 1
+    return Semantics(
+        "gloo" if backend == "gloo" else "nccl",
+        threads,
+        contention["concurrency_gain"] if threads > 1 else 0.0,
+        contention["compute_slowdown"],
+        contention["comm_slowdown"],
+        contention["call_overhead_s"],
+    )
 
-    def __init__(self, sizes_bytes: tuple[int, ...]) -> None:
-        super().__init__()
-        self.messages = nn.ParameterList(nn.Parameter(torch.zeros(s // 4)) for s in sizes_bytes)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return sum(p.sum() for p in self.messages) * x
-
-
-def bench_runtime_allreduce(sizes_bytes: tuple[int, ...], steps: int, warmup: int = 2) -> CommSamples:
-    """All-reduce times as :class:`~commsched.runtime.data_parallel.DataParallel` sees them.
-
-    Trains a module with one fp32 parameter per size under a WFBP plan (one bucket per parameter)
-    and takes each bucket's recorded start-to-end time. The buckets run back to back the way the
-    runtime chains them (on gloo the next is launched from the previous one's completion callback),
-    which is the cost a plan's buckets pay in training. On this project's CPU machines that cost
-    differs from ``bench-comm``'s barrier-separated single all-reduce: a gloo rank on one core
-    sometimes answers a small message at once and sometimes after a scheduler tick of a few
-    milliseconds, and which of the two a benchmark sees depends on how it waits, so a plan is
-    predicted from the runtime's own rhythm.
-
-    ``time_s`` holds, per size, the slowest rank's **mean** over ``steps`` steps (``statistic`` is
-    ``"mean"``: the times are bimodal, and a sum of many buckets costs the mean, not the median);
-    ``min_s``/``max_s`` the fastest and slowest single time on any rank. Every rank must call it
-    with the same arguments; every rank gets the same samples.
-    """
-    from commsched.planners import WFBP
-    from commsched.profile.measure import measure_profile
-    from commsched.runtime.data_parallel import DataParallel
-
-    sizes = tuple(sorted(set(sizes_bytes)))
-    if not sizes or any(s <= 0 or s % 4 for s in sizes):
-        raise CommschedError(f"runtime all-reduce sizes must be positive multiples of 4 bytes, got {list(sizes_bytes)}")
-    module = _Messages(sizes)
-    x = torch.ones(())
-    order = measure_profile(module, (x,), lambda out: out, name="messages", batch_size=1, warmup=0, iters=1)
-    dp = DataParallel(module, make_plan(WFBP(), order, _ZERO_COST), record=True)
-    for _ in range(warmup + steps):
-        for p in module.parameters():
-            p.grad = None
-        dp(x).backward()
-    per_size: dict[int, list[float]] = {s: [] for s in sizes}
-    for rec in dp.records[warmup:]:
-        for b, start, end in zip(rec.bucket_bytes, rec.bucket_start_s, rec.bucket_end_s):
-            per_size[b].append(end - start)
-    combined = []
-    for values, op in (
-        ([statistics.fmean(per_size[s]) for s in sizes], dist.ReduceOp.MAX),
-        ([min(per_size[s]) for s in sizes], dist.ReduceOp.MIN),
-        ([max(per_size[s]) for s in sizes], dist.ReduceOp.MAX),
-    ):
-        t = torch.tensor(values, dtype=torch.float64)
-        dist.all_reduce(t, op=op)
-        combined.append(tuple(t.tolist()))
-    return CommSamples(dist.get_backend(), dist.get_world_size(), sizes, *combined, statistic="mean")
+# --- the compute profile ------------------------------------------------------------------------
 
 
 class _ProfileSteps:
-    """Training steps that measure the compute profile as training sees it: DataParallel with one
-    all-reduce after backward (SyncEASGD's plan, so nothing overlaps the compute), recorded per tensor.
-
-    A standalone profile (measure_profile) runs the same forward and backward, but not in the rhythm
-    of training (optimizer step, fresh gradients and communication buffers every step); on this
-    project's CPU machines that difference alone was 5-15% of the step. ``order`` gives the tensors
-    in ready order (from the hooks). :meth:`step` runs one step and, with ``keep``, keeps its record
-    and optimizer time; :meth:`take` hands over (and forgets) what was kept.
-    """
+    """Training steps that measure the compute profile as training sees it: stock DDP with one
+    bucket (SyncEASGD's plan), recorded per tensor. :meth:`step` runs one step and, with ``keep``,
+    keeps its record and optimizer time; :meth:`take` hands over (and forgets) what was kept."""
 
     def __init__(self, order: ModelProfile, model: nn.Module, inputs: tuple, loss_fn, lr: float) -> None:
-        from commsched.planners import SyncEASGD
-        from commsched.runtime.data_parallel import DataParallel
+        from commsched.runtime.ddp import ddp_options
+        from commsched.runtime.record import StepRecorder
 
         self.model = copy.deepcopy(model)
-        self.dp = DataParallel(self.model, make_plan(SyncEASGD(), order, _ZERO_COST), record=True)
+        plan = make_plan(SyncEASGD(), order, Table((1, 2), (1.0, 1.0)))
+        self.ddp = nn.parallel.DistributedDataParallel(self.model, **ddp_options(plan, self.model))
+        self.recorder = StepRecorder(self.ddp, order=order.names)
         self.opt = torch.optim.SGD([p for p in self.model.parameters() if p.requires_grad], lr=lr, momentum=0.9)
         self.inputs, self.loss_fn = inputs, loss_fn
         self._kept: list[tuple] = []
 
     def step(self, keep: bool) -> None:
         self.opt.zero_grad(set_to_none=True)
-        self.loss_fn(self.dp(*self.inputs)).backward()
+        self.loss_fn(self.ddp(*self.inputs)).backward()
         t0 = time.perf_counter()
         self.opt.step()
         optimizer_s = time.perf_counter() - t0
         if keep:
-            self._kept.append((self.dp.records[-1], optimizer_s))
-        self.dp.records.clear()
+            self._kept.append((self.recorder.records[-1], optimizer_s))
+        self.recorder.records.clear()
 
     def take(self) -> list[tuple]:
         kept, self._kept = self._kept, []
@@ -321,17 +400,42 @@ class ProfileSteps:
         )
 
 
+# --- the run --------------------------------------------------------------------------------------
+
+
+def _gather(obj):
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def _step_fn(model: nn.Module, wrapped: nn.Module, inputs: tuple, loss_fn, lr: float):
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=lr, momentum=0.9)
+
+    def step() -> float:
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss_fn(wrapped(*inputs)).backward()
+        opt.step()
+        return time.perf_counter() - t0
+
+    return step
+
+
 def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
     """The whole validation; returns the report on rank 0 (None elsewhere)."""
+    from commsched.io import plan_to_json
     from commsched.models.zoo import build_model, example_input, runs_on, training_loss
     from commsched.profile.measure import measure_profile
-    from commsched.runtime.bench_comm import bench_allreduce, fit_cluster
-    from commsched.io import plan_to_json
-    from commsched.runtime.data_parallel import DataParallel
+    from commsched.runtime.bench_comm import fit_cluster
+    from commsched.runtime.ddp import ddp_options
+    from commsched.runtime.record import StepRecorder
 
     if not dist.is_initialized():
         raise CommschedError("validate runs under torchrun (or an initialised process group)")
     rank, world = dist.get_rank(), dist.get_world_size()
+    backend = dist.get_backend()
+    threads = runtime_threads()
     say = _printer(rank == 0 and progress)
     inputs = example_input(cfg.model, cfg.batch_size, cfg.image_size)
 
@@ -341,7 +445,7 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
     torch.manual_seed(0)
     base = build_model(cfg.model)
 
-    say(f"1/5 measuring the profile of {cfg.model} on every rank, inside training steps")
+    say(f"1/5 measuring the profile of {cfg.model} on every rank, inside stock DDP training steps")
     with runs_on(cfg.model, inputs):
         order = measure_profile(base, inputs, loss_fn, name=cfg.model, batch_size=cfg.batch_size, warmup=1, iters=2)
     profile_steps = _ProfileSteps(order, base, inputs, loss_fn, cfg.lr)
@@ -349,60 +453,50 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
         profile_steps.step(keep=i >= 2)
     profile_before = ProfileSteps.of(order, _gather(profile_steps.take())).profile()
 
-    say("2/5 benchmarking all-reduce: as the runtime chains buckets, and barrier-separated")
-    # up to the largest bucket any plan can have (SyncEASGD's: every gradient), at most 256 MiB
+    say("2/5 benchmarking all-reduce as DDP issues it: buckets launched back to back")
+    # up to the largest bucket any plan can have (SyncEASGD's: every gradient), at most 256 MiB;
+    # powers of two all the way (buckets of 1-16 MiB are common)
     max_bytes = min(-(-profile_before.total_bytes // 4) * 4, 2**28)
-    # powers of two all the way (not bench-comm's powers of four above 1 MiB): buckets of 1-16 MiB are
-    # common, and with a gap there the piecewise fit's log piece once reached to 4 MiB and halved
-    # the predicted time of every 2-4 MB bucket; the largest size dominates the cost of the run anyway
     sizes = tuple(1 << k for k in range(2, max_bytes.bit_length()) if 1 << k < max_bytes) + (max_bytes,)
-    runtime_samples = bench_runtime_allreduce(sizes, cfg.comm_steps)
-    cluster, fit = fit_cluster(runtime_samples, name=f"measured-{world}x-{dist.get_backend()}-runtime")
-    cluster = replace(
-        cluster,
+    samples = bench_chains(sizes, cfg.chain_repeats)
+    cost = table_cost(samples)
+    cluster = ClusterSpec(
+        name=f"measured-{world}x-{backend}-runtime",
+        workers=world,
+        allreduce=cost,
         source=(
-            f"measured by commsched validate: buckets of 4 B to {max_bytes} B chained by DataParallel "
-            f"over {cfg.comm_steps} steps; " + cluster.source.split(": ", 1)[1]
+            f"measured by commsched validate: all-reduces of 4 B to {max_bytes} B launched back to back as DDP's "
+            f"reducer launches buckets, mean per call over {cfg.chain_repeats} chains, made non-decreasing"
         ),
     )
-    barrier_samples = bench_allreduce(repeats=cfg.comm_repeats, max_bytes=max_bytes, progress=rank == 0 and progress)
-    barrier_cluster, barrier_fit = fit_cluster(barrier_samples, name=f"measured-{world}x-{dist.get_backend()}")
+    _, fit = fit_cluster(samples, name="fit")  # reported beside the table: how well a closed form fits
+    cluster, fit = _broadcast_obj((cluster, fit))  # every rank sizes probes and plans with rank 0's numbers
 
-    # every rank must size the probe's messages and plan with the same numbers: take rank 0's
-    cluster, fit, barrier_cluster, barrier_fit = _broadcast_obj((cluster, fit, barrier_cluster, barrier_fit))
+    say("3/5 measuring the runtime: concurrency, compute under an all-reduce, all-reduces under compute")
+    probe = _Probe(base, inputs, loss_fn, cluster.allreduce, max_bytes)
+    contention_before = probe.report(_pooled(_gather([probe.sample() for _ in range(cfg.probe_iters)])), cfg.resamples, threads)
+    contention_before = _broadcast_obj(contention_before)
+    sem_before = semantics_of(contention_before, backend)
 
-    say("3/5 measuring compute slowdown under a concurrent all-reduce")
-    probe = _ContentionProbe(base, inputs, loss_fn, cluster)
-    contention_before = probe.report(_pooled(_gather([probe.sample() for _ in range(cfg.contention_iters)])))
-
-    say("4/5 planning every strategy (optimal for the measured contention)")
-    slowdowns = (contention_before["compute_slowdown"], contention_before["comm_slowdown"])
+    say(f"4/5 planning every strategy for {_describe(sem_before)}")
     plans: dict[str, Plan] = {
-        name: make_plan(Optimal(*slowdowns) if name == "optimal" else STRATEGIES[name], profile_before, cluster.allreduce)
-        for name in cfg.strategies
-    }
-    # a plan's own prediction is the one it was made for: under the contention measured before the run
-    plans = {
-        name: replace(plan, predicted=simulate_contended(profile_before, ends_of_plan(profile_before, plan), cluster.allreduce, *slowdowns).prediction())
-        for name, plan in plans.items()
+        name: make_plan(planner_for(name, sem_before), profile_before, cluster.allreduce, sem_before) for name in cfg.strategies
     }
 
-    say(f"5/5 training {len(cfg.strategies)} strategies + stock DDP, {cfg.rounds} interleaved rounds (with profile steps and contention probes)")
+    say(f"5/5 training {len(cfg.strategies)} strategies + stock DDP, {cfg.rounds} interleaved rounds (with profile steps and probes)")
     variants: dict[str, tuple] = {}
     for name, plan in plans.items():
         m = copy.deepcopy(base)
-        dp = DataParallel(m, plan, record=True)
-        variants[name] = (_step_fn(m, dp, inputs, loss_fn, cfg.lr)[0], dp)
+        variants[name] = (_step_fn(m, nn.parallel.DistributedDataParallel(m, **ddp_options(plan, m)), inputs, loss_fn, cfg.lr), plan)
     m = copy.deepcopy(base)
-    stock = nn.parallel.DistributedDataParallel(m)
-    variants[STOCK] = (_step_fn(m, stock, inputs, loss_fn, cfg.lr)[0], stock)
+    variants[STOCK] = (_step_fn(m, nn.parallel.DistributedDataParallel(m), inputs, loss_fn, cfg.lr), None)
     times: dict[str, list[float]] = {k: [] for k in variants}
     probes = []
-    # one untimed step of everything first (allocations, first-touch of buffers); after that no
-    # warm-up is needed between variants (measured: the first step after a switch is not slower), so
-    # rounds are short and many, which spreads the machine's slow and fast phases (seconds long
-    # here) evenly over the variants
-    for step, _ in [(lambda: profile_steps.step(keep=False), None), *variants.values()]:
+    # one untimed step of everything first (DDP rebuilds its buckets after it; allocations); after
+    # that no warm-up is needed between variants (measured: the first step after a switch is not
+    # slower), so rounds are short and many, which spreads the machine's slow and fast phases
+    # (seconds long here) evenly over the variants
+    for step in [lambda: profile_steps.step(keep=False), *(v[0] for v in variants.values())]:
         dist.barrier()
         step()
     for r in range(cfg.rounds):
@@ -416,28 +510,38 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
                 times[name].append(step())
         if (r + 1) % max(1, cfg.rounds // 6) == 0 or r + 1 == cfg.rounds:
             say(f"  round {r + 1}/{cfg.rounds} done")
+    # recorded steps (stock DDP with the recording comm hook): where the time went, per variant
+    records: dict[str, list] = {}
+    for name, (_, plan) in variants.items():
+        m = copy.deepcopy(base)
+        ddp = nn.parallel.DistributedDataParallel(m, **(ddp_options(plan, m) if plan is not None else {}))
+        rec = StepRecorder(ddp, order=order.names)
+        step = _step_fn(m, ddp, inputs, loss_fn, cfg.lr)
+        for _ in range(1 + cfg.recorded_steps):  # the first builds DDP's buckets
+            dist.barrier()
+            step()
+        records[name] = rec.records[1:]
     steps_table = ProfileSteps.of(order, _gather(profile_steps.take()))
     profile = steps_table.profile()
     probes_all = _pooled(_gather(probes))
-    contention = probe.report(probes_all)
-    timelines = _gather({name: _measured_timeline(variants[name][1].records[1:]) for name in plans})
-    # iteration time of a synchronous step is the slowest rank's
+    contention = probe.report(probes_all, cfg.resamples, threads)
+    semantics = semantics_of(contention, backend)
+    timelines = _gather({name: _measured_timeline(recs) for name, recs in records.items()})
     all_times = _gather(times)
+    # iteration time of a synchronous step is the slowest rank's
     measured = {k: [max(ts[k][i] for ts in all_times) for i in range(len(times[k]))] for k in times}
     if rank != 0:
         return None
 
-    stock_med = statistics.median(measured[STOCK])
     ends_of = {name: ends_of_plan(profile, plans[name]) for name in cfg.strategies}
-    intervals = error_intervals(steps_table, probes_all, ends_of, cluster, measured, cfg.resamples)
+    ends_of[STOCK] = DDP().ends(profile, cluster.allreduce)  # stock DDP's own buckets
+    intervals = error_intervals(steps_table, probes_all, ends_of, cluster, measured, cfg.resamples, backend, threads)
     rows = {}
-    for name in cfg.strategies:
-        ends = ends_of[name]
-        before = plans[name].predicted.iteration_s  # under the profile and contention it was planned with
-        tl = simulate_contended(profile, ends, cluster.allreduce, contention["compute_slowdown"], contention["comm_slowdown"])
-        plain = simulate(profile, ends, cluster.allreduce).iteration_s
+    for name, ends in ends_of.items():
+        tl = simulate_run(profile, ends, cluster.allreduce, semantics)
+        plain = simulate_run(profile, ends, cluster.allreduce, Semantics(semantics.backend, semantics.threads, semantics.concurrency_gain)).iteration_s
         med = statistics.median(measured[name])
-        lo, hi = intervals[name]
+        before = plans[name].predicted.iteration_s if name in plans else None
         rows[name] = {
             "buckets": len(ends),
             "iteration_s": tl.iteration_s,
@@ -445,14 +549,14 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
             "measured_min_s": min(measured[name]),
             "measured_max_s": max(measured[name]),
             "error": tl.iteration_s / med - 1,
-            "error_ci95": [lo, hi],
+            "error_ci95": list(intervals[name]),
             "predicted_before_run_s": before,
-            "error_before_run": before / med - 1,
+            "error_before_run": None if before is None else before / med - 1,
             "no_contention_s": plain,
             "error_no_contention": plain / med - 1,
-            "speedup_vs_stock_ddp": stock_med / med,
+            "speedup_vs_stock_ddp": statistics.median(measured[STOCK]) / med,
+            "speedup_ci95": list(ratio_interval(measured[STOCK], measured[name], cfg.resamples)),
             "steps_s": measured[name],  # every timed step (slowest rank), in run order
-            # where the time went, predicted and measured (median over steps, slowest rank)
             "timeline": {
                 "predicted": {
                     "backward_end_s": tl.compute_s,
@@ -462,71 +566,80 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
                 "measured": {k: max(t[name][k] for t in timelines) for k in timelines[0][name]},
             },
         }
+    stock = rows.pop(STOCK)
     report = {
         "model": cfg.model,
         "batch_size": cfg.batch_size,
         "image_size": cfg.image_size,
         "world_size": world,
-        "backend": dist.get_backend(),
+        "backend": backend,
         "rounds": cfg.rounds,
         "steps_per_round": cfg.steps,
         "profile": _profile_summary(profile),
         "profile_before_run": _profile_summary(profile_before),
         "cluster": cluster.to_json(),
         "fit": fit,
-        "comm_samples": runtime_samples.to_json(),
-        "barrier_bench": {"cluster": barrier_cluster.to_json(), "fit": barrier_fit, "samples": barrier_samples.to_json()},
+        "comm_samples": samples.to_json(),
+        "semantics": semantics.to_json(),
+        "semantics_before_run": sem_before.to_json(),
         "contention": contention,
         "contention_before_run": contention_before,
-        "stock_ddp": {
-            "measured_s": stock_med,
-            "measured_min_s": min(measured[STOCK]),
-            "measured_max_s": max(measured[STOCK]),
-            "steps_s": measured[STOCK],
-        },
+        "stock_ddp": {**stock, "speedup_vs_stock_ddp": 1.0},
         "strategies": rows,
         "plans": {name: plan_to_json(plan) for name, plan in plans.items()},
     }
     if "ddp" in rows:
-        report["overhead_vs_stock_ddp"] = rows["ddp"]["measured_s"] / stock_med - 1
+        # the same buckets, expressed through caps: any difference is this machine's noise
+        report["ddp_caps_vs_stock_ddp"] = rows["ddp"]["measured_s"] / stock["measured_s"] - 1
     best = min(rows, key=lambda k: rows[k]["measured_s"])
     report["best_measured"] = best
-    _write(report, variants[best][1], profile, plans[best], cluster, contention, Path(cfg.out_dir))
+    _write(report, records[best], profile, plans[best], cluster, semantics, Path(cfg.out_dir))
     return report
+
+
+def ratio_interval(slow: list[float], fast: list[float], resamples: int, seed: int = 0) -> tuple[float, float]:
+    """95% bootstrap interval of median(slow) / median(fast) (steps resampled with replacement)."""
+    rng = random.Random(seed)
+
+    def resample(xs):
+        return statistics.median(xs[rng.randrange(len(xs))] for _ in xs)
+
+    ratios = sorted(resample(slow) / resample(fast) for _ in range(resamples))
+    cut = int(0.025 * (len(ratios) - 1))
+    return ratios[cut], ratios[len(ratios) - 1 - cut]
 
 
 def error_intervals(
     steps: ProfileSteps,
-    probes: list[tuple[float, float, float, float]],
+    probes: list[dict],
     ends_of: dict[str, tuple[int, ...]],
     cluster: ClusterSpec,
     measured: dict[str, list[float]],
     resamples: int,
+    backend: str = "gloo",
+    threads: int = 1,
     seed: int = 0,
 ) -> dict[str, tuple[float, float]]:
     """95% bootstrap intervals of each strategy's prediction error (predicted / measured - 1).
 
     Each resample draws, with replacement, the profile steps (the profile is made again from them),
-    the contention probes and each strategy's measured steps, and predicts again: so the interval
-    holds the noise of both sides of the comparison. Steps are resampled independently, which is
-    not exact either way: the machine's slow phases (seconds long) correlate neighbouring steps,
-    which narrows the interval, while resampling each side on its own ignores that interleaved
-    variants share those phases, which widens it. The interval takes the same number of resamples
-    off each end.
+    the probes (the semantics are fitted again) and each strategy's measured steps, and predicts
+    again: so the interval holds the noise of both sides of the comparison. Steps are resampled
+    independently, which is not exact either way: the machine's slow phases (seconds long)
+    correlate neighbouring steps, which narrows the interval, while resampling each side on its own
+    ignores that interleaved variants share those phases, which widens it. The interval takes the
+    same number of resamples off each end.
     """
-    import random
-
     rng = random.Random(seed)
     k, p = len(steps.forward_end_s), len(probes)
     errors: dict[str, list[float]] = {name: [] for name in ends_of}
     for _ in range(resamples):
         profile = steps.profile([rng.randrange(k) for _ in range(k)])
-        c = contention_of([probes[rng.randrange(p)] for _ in range(p)])
+        sem = semantics_of(contention_of([probes[rng.randrange(p)] for _ in range(p)], 0, threads), backend)
         for name, ends in ends_of.items():
             ts = measured[name]
             med = statistics.median(ts[rng.randrange(len(ts))] for _ in range(len(ts)))
-            pred = simulate_contended(profile, ends, cluster.allreduce, c["compute_slowdown"], c["comm_slowdown"]).iteration_s
-            errors[name].append(pred / med - 1)
+            errors[name].append(simulate_run(profile, ends, cluster.allreduce, sem).iteration_s / med - 1)
     out = {}
     for name, es in errors.items():
         es.sort()
@@ -538,11 +651,21 @@ def error_intervals(
 def _measured_timeline(records: list) -> dict:
     """Medians over a rank's recorded steps: end of backward, end of the last all-reduce, and the
     time all-reduces were in flight (seconds since the start of forward)."""
+    if not records:
+        return {"backward_end_s": math.nan, "allreduce_end_s": math.nan, "allreduce_busy_s": math.nan}
     return {
         "backward_end_s": statistics.median(max(t for t in r.ready_s if t == t) for r in records),
         "allreduce_end_s": statistics.median(max(r.bucket_end_s) for r in records),
         "allreduce_busy_s": statistics.median(sum(e - s for s, e in zip(r.bucket_start_s, r.bucket_end_s)) for r in records),
     }
+
+
+def _describe(sem: Semantics) -> str:
+    return (
+        f"{sem.backend} ({sem.threads} thread{'s' if sem.threads > 1 else ''}, gain {sem.concurrency_gain:.2f}), "
+        f"compute {sem.compute_slowdown:+.0%} under all-reduce, all-reduce {sem.comm_slowdown:+.0%} under compute "
+        f"+ {sem.call_overhead_s * 1e3:.2f} ms per call"
+    )
 
 
 def _pooled(per_rank: list[list]) -> list:
@@ -571,21 +694,19 @@ def _printer(enabled: bool):
     return say
 
 
-def _write(report: dict, dp, profile: ModelProfile, plan: Plan, cluster: ClusterSpec, contention: dict, out: Path) -> None:
+def _write(report: dict, records: list, profile: ModelProfile, plan: Plan, cluster: ClusterSpec, semantics: Semantics, out: Path) -> None:
     from commsched.io import profile_to_json, write_json
     from commsched.report.plots import gantt_png, validation_png
     from commsched.report.trace import chrome_trace
 
     out.mkdir(parents=True, exist_ok=True)
-    rec = dp.records[-1] if dp.records else None
-    if rec is not None:
+    if records:
+        rec = records[-1]
         report["measured_breakdown"] = rec.breakdown()
-        predicted = simulate_contended(
-            profile, ends_of_plan(profile, plan), cluster.allreduce, contention["compute_slowdown"], contention["comm_slowdown"]
-        )
+        predicted = simulate_run(profile, ends_of_plan(profile, plan), cluster.allreduce, semantics)
         timelines = {f"{plan.strategy} measured": rec.timeline(), f"{plan.strategy} predicted": predicted}
         write_json(out / "measured-trace.json", chrome_trace(timelines))
-        gantt_png(timelines, out / "measured-gantt.png", title=f"{report['model']}: measured vs predicted step ({plan.strategy})")
+        gantt_png(timelines, out / "measured-gantt.png", title=f"{report['model']}: measured vs predicted step ({plan.strategy}, stock DDP)")
     write_json(out / "profile.json", profile_to_json(profile))
     write_json(out / "validate.json", report)
     validation_png(report, out / "validate.png")
@@ -593,18 +714,18 @@ def _write(report: dict, dp, profile: ModelProfile, plan: Plan, cluster: Cluster
 
 def print_report(report: dict) -> None:
     from rich.console import Console
-    from rich.table import Table
+    from rich.table import Table as RichTable
 
-    t = Table(
+    sem = report["semantics"]
+    t = RichTable(
         title=(
-            f"{report['model']} (batch {report['batch_size']}) on {report['world_size']} ranks, {report['backend']}: "
-            f"predicted vs measured step time (median of {report['rounds']} x {report['steps_per_round']}; "
-            f"contention: compute {report['contention']['compute_slowdown']:+.0%} under all-reduce, "
-            f"all-reduce {report['contention']['comm_slowdown']:+.0%} under compute)"
+            f"{report['model']} (batch {report['batch_size']}) on {report['world_size']} ranks, {report['backend']}, "
+            f"every plan run by stock DDP with its caps: predicted vs measured step time (median of "
+            f"{report['rounds']} x {report['steps_per_round']}; {_describe(Semantics(**sem))})"
         ),
         title_justify="left",
     )
-    for c in ("strategy", "buckets", "predicted ms", "measured ms [min, max]", "error [95% interval]", "error, numbers before run", "error w/o contention", "speedup vs stock DDP"):
+    for c in ("strategy", "buckets", "predicted ms", "measured ms [min, max]", "error [95% interval]", "error, numbers before run", "speedup vs stock DDP [95%]"):
         t.add_column(c, justify="left" if c == "strategy" else "right")
     for name, r in sorted(report["strategies"].items(), key=lambda kv: kv[1]["measured_s"]):
         t.add_row(
@@ -614,18 +735,21 @@ def print_report(report: dict) -> None:
             f"{r['measured_s'] * 1e3:.1f} [{r['measured_min_s'] * 1e3:.1f}, {r['measured_max_s'] * 1e3:.1f}]",
             f"{r['error']:+.1%} [{r['error_ci95'][0]:+.1%}, {r['error_ci95'][1]:+.1%}]",
             f"{r['error_before_run']:+.1%}",
-            f"{r['error_no_contention']:+.1%}",
-            f"{r['speedup_vs_stock_ddp']:.3f}x",
+            f"{r['speedup_vs_stock_ddp']:.3f}x [{r['speedup_ci95'][0]:.3f}, {r['speedup_ci95'][1]:.3f}]",
         )
     s = report["stock_ddp"]
-    t.add_row(STOCK, "-", "-", f"{s['measured_s'] * 1e3:.1f} [{s['measured_min_s'] * 1e3:.1f}, {s['measured_max_s'] * 1e3:.1f}]", "-", "-", "-", "1.000x")
-    Console(width=160).print(t)
-    errs = [abs(r["error"]) for r in report["strategies"].values()]
+    t.add_row(
+        f"{STOCK} (defaults)", str(s["buckets"]), f"{s['iteration_s'] * 1e3:.1f}",
+        f"{s['measured_s'] * 1e3:.1f} [{s['measured_min_s'] * 1e3:.1f}, {s['measured_max_s'] * 1e3:.1f}]",
+        f"{s['error']:+.1%} [{s['error_ci95'][0]:+.1%}, {s['error_ci95'][1]:+.1%}]", "-", "1.000x",
+    )
+    Console(width=170).print(t)
+    errs = [abs(r["error"]) for r in report["strategies"].values()] + [abs(s["error"])]
     before = [abs(r["error_before_run"]) for r in report["strategies"].values()]
     msg = (
         f"prediction error: median {statistics.median(errs):.1%}, worst {max(errs):.1%} "
-        f"(from the profile and contention measured before the run: median {statistics.median(before):.1%}, worst {max(before):.1%})"
+        f"(from the numbers measured before the run: median {statistics.median(before):.1%}, worst {max(before):.1%})"
     )
-    if "overhead_vs_stock_ddp" in report:
-        msg += f"; commsched with DDP's buckets vs stock DDP: {report['overhead_vs_stock_ddp']:+.1%}"
+    if "ddp_caps_vs_stock_ddp" in report:
+        msg += f"; DDP's buckets through caps vs stock DDP's defaults: {report['ddp_caps_vs_stock_ddp']:+.1%}"
     Console(stderr=False).print(msg)
