@@ -56,11 +56,21 @@ def piecewise_costs(draw) -> Piecewise:
 
 @st.composite
 def table_costs(draw, monotone: bool = True) -> Table:
-    n = draw(st.integers(2, 6))
+    """Measured points that cost time at every size from 1 byte to 2**50 (as Table requires): a
+    rising table whose first segment meets 1 byte above 0 s, or (``monotone`` False) a valley, falling
+    at first and rising at the end, with anything between."""
+    n = draw(st.integers(2 if monotone else 3, 6))
     xs = sorted(draw(st.sets(st.integers(1, 10**9), min_size=n, max_size=n)))
     ys = draw(st.lists(st.floats(1e-6, 1e-1), min_size=n, max_size=n))
     if monotone:
         ys = sorted(ys)
+        # the first segment's line is > 0 at 1 byte iff y0 > y1 (x0 - 1) / (x1 - 1): lift y0 halfway
+        floor = ys[1] * (xs[0] - 1) / (xs[1] - 1)
+        if ys[0] <= floor:
+            ys[0] = (floor + ys[1]) / 2
+    else:
+        ys[0] = max(ys[0], ys[1])
+        ys[-1] = max(ys[-1], ys[-2])
     return Table(tuple(xs), tuple(ys))
 
 

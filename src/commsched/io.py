@@ -10,7 +10,7 @@ from pathlib import Path
 
 from commsched.cost.cluster import ClusterSpec, cluster_from_json
 from commsched.errors import CommschedError
-from commsched.types import Bucket, ModelProfile, Plan, Prediction, TensorSpec
+from commsched.types import Bucket, ModelProfile, Plan, Prediction, TensorSpec, shown, too_big_int
 
 PROFILE_SCHEMA = "commsched.profile/v1"
 PLAN_SCHEMA = "commsched.plan/v1"
@@ -28,18 +28,58 @@ def read_json(path: str | Path) -> object:
         raise CommschedError(f"{p}: is a directory, expected a JSON file") from None
     except OSError as e:
         raise CommschedError(f"{p}: cannot read ({e.strerror})") from None
+    except ValueError as e:  # a path no file can have (an embedded NUL byte)
+        raise CommschedError(f"{shown(str(p))}: not a usable path ({e})") from None
     try:
-        return json.loads(text)
+        # NaN and Infinity tokens (which Python's json accepts) are read as floats and rejected by
+        # the field they stand in, so the error names the field
+        doc = json.loads(text)
     except json.JSONDecodeError as e:
         raise CommschedError(f"{p}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
     except RecursionError:
         raise CommschedError(f"{p}: JSON nested too deeply") from None
+    except ValueError as e:  # an integer literal of more than 4300 digits (int_max_str_digits)
+        raise CommschedError(f"{p}: unreadable JSON number: {str(e).splitlines()[0]}") from None
+    _check_unicode(p, doc)
+    return doc
+
+
+def _check_unicode(p: Path, doc: object) -> None:
+    """JSON's \\ud800 escapes can make strings no UTF-8 stream can print (an unpaired surrogate): a
+    name made of one would fail the table, the plot or the output file later. Walks iteratively."""
+    stack = [doc]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                raise CommschedError(
+                    f"{p}: the string {v.encode('utf-8', 'backslashreplace').decode()[:40]!r} holds an unpaired "
+                    f"surrogate escape (\\ud800-\\udfff), which is not text"
+                ) from None
+
+
+def dumps(doc: object, what: str = "output", **kwargs) -> str:
+    """Strict JSON text: a NaN or an infinity anywhere is a CommschedError, never ``NaN``/``Infinity``
+    tokens that strict readers (browsers, jq, Perfetto) reject. Inputs are validated so that nothing
+    legitimate is non-finite; this is the last guard."""
+    try:
+        return json.dumps(doc, allow_nan=False, **kwargs)
+    except ValueError as e:
+        raise CommschedError(f"{what}: refusing to write a non-finite number ({e})") from None
 
 
 def write_json(path: str | Path, doc: object) -> Path:
     p = Path(path)
+    text = dumps(doc, str(p), indent=2) + "\n"  # before touching the file system
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(doc, indent=2) + "\n")
+    p.write_text(text)
     return p
 
 
@@ -66,15 +106,24 @@ def _field(doc: dict, key: str, kind: type | tuple[type, ...], where: str) -> ob
         raise CommschedError(f"{where}: missing field {key!r}")
     v = doc[key]
     if isinstance(v, bool) or not isinstance(v, kind):
-        raise CommschedError(f"{where}: field {key!r} has the wrong type ({type(v).__name__}: {v!r})")
+        raise CommschedError(f"{where}: field {key!r} has the wrong type ({type(v).__name__}: {shown(v)})")
     return v
+
+
+def _seconds(doc: dict, key: str, where: str) -> float:
+    """A number field as float; an integer too large for a float is an error naming the field (the
+    dataclass that receives it checks range and finiteness)."""
+    v = _field(doc, key, (int, float), where)
+    if too_big_int(v):
+        raise CommschedError(f"{where}: field {key!r} must be a finite number of seconds, got {shown(v)}")
+    return float(v)  # type: ignore[arg-type]
 
 
 def profile_from_json(doc: object, where: str = "profile") -> ModelProfile:
     if not isinstance(doc, dict):
         raise CommschedError(f"{where}: expected a JSON object, got {type(doc).__name__}")
     if doc.get("schema") != PROFILE_SCHEMA:
-        raise CommschedError(f"{where}: schema must be {PROFILE_SCHEMA!r}, got {doc.get('schema')!r}")
+        raise CommschedError(f"{where}: schema must be {PROFILE_SCHEMA!r}, got {shown(doc.get('schema'))}")
     raw = _field(doc, "tensors", list, where)
     tensors = []
     for i, t in enumerate(raw):  # type: ignore[arg-type]
@@ -85,10 +134,10 @@ def profile_from_json(doc: object, where: str = "profile") -> ModelProfile:
             TensorSpec(
                 name=_field(t, "name", str, w),  # type: ignore[arg-type]
                 bytes=_field(t, "bytes", int, w),  # type: ignore[arg-type]
-                backward_s=float(_field(t, "backward_s", (int, float), w)),  # type: ignore[arg-type]
+                backward_s=_seconds(t, "backward_s", w),
             )
         )
-    forward_s = float(_field(doc, "forward_s", (int, float), where))  # type: ignore[arg-type]
+    forward_s = _seconds(doc, "forward_s", where)
     if forward_s == 0:
         # a per-tensor backward_s of 0 is real (gradients that become ready together), a forward
         # pass that takes no time is not: a profile saying so was not measured or estimated
@@ -101,7 +150,7 @@ def profile_from_json(doc: object, where: str = "profile") -> ModelProfile:
             source=doc.get("source", "measured"),  # type: ignore[arg-type]
             forward_s=forward_s,
             tensors=tuple(tensors),
-            optimizer_s=float(_field(doc, "optimizer_s", (int, float), where)) if "optimizer_s" in doc else 0.0,  # type: ignore[arg-type]
+            optimizer_s=_seconds(doc, "optimizer_s", where) if "optimizer_s" in doc else 0.0,
         )
     except CommschedError as e:
         if str(e).startswith(where):
@@ -158,7 +207,7 @@ def plan_from_json(doc: object, where: str = "plan") -> Plan:
     if not isinstance(doc, dict):
         raise CommschedError(f"{where}: expected a JSON object, got {type(doc).__name__}")
     if doc.get("schema") != PLAN_SCHEMA:
-        raise CommschedError(f"{where}: schema must be {PLAN_SCHEMA!r}, got {doc.get('schema')!r}")
+        raise CommschedError(f"{where}: schema must be {PLAN_SCHEMA!r}, got {shown(doc.get('schema'))}")
     buckets = []
     for i, b in enumerate(_field(doc, "buckets", list, where)):  # type: ignore[arg-type]
         w = f"{where}: buckets[{i}]"
@@ -174,10 +223,10 @@ def plan_from_json(doc: object, where: str = "plan") -> Plan:
         w = f"{where}: predicted"
 
         def opt(key: str) -> float:
-            return float(_field(pred, key, (int, float), w)) if key in pred else 0.0  # type: ignore[arg-type]
+            return _seconds(pred, key, w) if key in pred else 0.0  # type: ignore[arg-type]
 
         prediction = Prediction(
-            iteration_s=float(_field(pred, "iteration_s", (int, float), w)),  # type: ignore[arg-type]
+            iteration_s=_seconds(pred, "iteration_s", w),  # type: ignore[arg-type]
             compute_s=opt("compute_s"),
             comm_s=opt("comm_s"),
             non_overlapped_comm_s=opt("non_overlapped_comm_s"),

@@ -216,6 +216,26 @@ ERRORS = {
         "commsched: error",
     ),
     "fitted cluster in scale": (lambda t: ["scale", "--profile", PROFILE, "--cluster", CLUSTER, "--workers", "16,32"], "cannot be rescaled"),
+    "400-digit size": (lambda t: ["plan", "--profile", bad_profile(t, _set(["tensors", 0, "bytes"], 10**400))], "at most 2**50 bytes"),
+    "NaN alpha": (
+        lambda t: (
+            t.joinpath("c.json").write_text('{"schema": "commsched.cluster/v1", "workers": 8, "allreduce": {"model": "alpha_beta", "alpha_s": NaN, "beta_s_per_byte": 1e-9}}'),
+            ["plan", "--profile", PROFILE, "--cluster", str(t / "c.json")],
+        )[1],
+        "alpha_s must be a finite number",
+    ),
+    "table extrapolating to free all-reduces": (
+        lambda t: (
+            t.joinpath("c.json").write_text(json.dumps({"schema": "commsched.cluster/v1", "workers": 8, "allreduce": {"model": "table", "points": [[4, 1e-3], [1024, 1e-4]]}})),
+            ["plan", "--profile", PROFILE, "--cluster", str(t / "c.json")],
+        )[1],
+        "extrapolates to 0 s at about 1137 bytes",
+    ),
+    "400-digit workers": (lambda t: ["plan", "--profile", PROFILE, "--workers", "1" + "0" * 400], "--workers must be at most 2**20"),
+    "image size that cannot be allocated": (
+        lambda t: ["profile", "--model", "resnet18", "--measure", "--batch-size", "64", "--image-size", "8192", "--out", str(t / "p.json")],
+        "64x3x8192x8192 takes 48 GiB, over the bound of 2 GiB",
+    ),
 }
 
 

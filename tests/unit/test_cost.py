@@ -107,7 +107,7 @@ def test_table_interpolates_and_extrapolates():
     assert t.time_s(1500) == pytest.approx(1.5)
     assert t.time_s(8000) == pytest.approx(3.5)
     assert t.time_s(500) == pytest.approx(0.5)
-    assert t.nondecreasing and not Table((1, 2), (2.0, 1.0)).nondecreasing
+    assert t.nondecreasing and not Table((1, 2, 3), (2.0, 1.0, 1.5)).nondecreasing
 
 
 def test_fit_alpha_beta_recovers_parameters_and_reports_residuals():
@@ -151,6 +151,54 @@ def test_fit_piecewise_recovers_both_branches():
 def test_bad_input_is_a_clear_error(bad):
     with pytest.raises(CommschedError):
         bad()
+
+
+def test_a_table_that_extrapolates_to_free_all_reduces_is_an_error():
+    """Falling last segment: 0 s at 1137 bytes; a first segment so steep it reaches 0 s before 1 byte."""
+    with pytest.raises(CommschedError, match="extrapolates to 0 s at about 1137 bytes .* above the table's range"):
+        Table((4, 1024), (1e-3, 1e-4))
+    with pytest.raises(CommschedError, match="extrapolates to 0 s at about 1.049e\\+06 bytes .* below the table's range"):
+        Table((2**20, 2**21), (1e-9, 1e-3))
+    with pytest.raises(CommschedError, match="time at 1024 bytes must be > 0"):
+        Table((4, 1024), (1e-5, 0.0))
+    # rising, and above 0 at 1 byte; falling in the middle is allowed (the exhaustive planner handles it)
+    ok = Table((4, 1024, 2048, 4096), (1e-5, 3e-5, 2e-5, 4e-5))
+    assert ok.time_s(1) > 0 and ok.time_s(2**50) > 0 and not ok.nondecreasing
+
+
+@pytest.mark.parametrize(
+    "bad, needle",
+    [
+        (lambda: AlphaBeta(1e308, 1e-9), "alpha_s must be at most 1e\\+06 seconds"),
+        (lambda: AlphaBeta(1e-3, 1e300), "beta_s_per_byte must be at most 1 seconds per byte"),
+        (lambda: AlphaBeta(10**400, 1e-9), "finite number of seconds, got an integer of about 401 digits"),
+        (lambda: LinkParams(1e-5, 1e-9, float("inf")), "gamma_s_per_byte must be a finite number"),
+        (lambda: Piecewise(1e-5, 1e-4, 1e-9, 3e-4, 2**50 + 1), "threshold_bytes must be at most 2\\*\\*50"),
+        (lambda: Piecewise(1e308, 1e-4, 1e-9, 3e-4, 4096), "a1_s must be at most"),
+        (lambda: Table((4, 10**400), (1e-5, 2e-5)), "at most 2\\*\\*50 bytes"),
+        (lambda: algorithm_alpha_beta("ring", LinkParams(1.0, 1e-9), 2**20), "ring all-reduce over 1048576 workers .* over the bounds"),
+        (lambda: algorithm_alpha_beta("tree", LINK, 2**20 + 1), "at most 2\\*\\*20"),
+        (lambda: preset("v100-10gbe").with_workers(10**400), "at most 2\\*\\*20"),
+        (lambda: ClusterSpec("c", 2**21, AlphaBeta(1e-3, 1e-9)), "at most 2\\*\\*20"),
+        (lambda: cost_model_from_json({"model": "alpha_beta", "alpha_s": 10**400, "beta_s_per_byte": 0}, 8), "'alpha_s' must be a finite number"),
+        (lambda: fit_alpha_beta([1, 10**400], [1.0, 2.0]), "samples must be numbers"),
+        (lambda: fit_alpha_beta([1, 2**51], [1.0, 2.0]), "at most 2\\*\\*50"),
+        (lambda: fit_alpha_beta([1, 2], [1.0, 1e7]), "at most 1e\\+06"),
+    ],
+)
+def test_numbers_beyond_the_bounds_are_errors_naming_them(bad, needle):
+    with pytest.raises(CommschedError, match=needle):
+        bad()
+
+
+def test_the_largest_cluster_stays_finite():
+    """Every preset at 2**20 workers, every algorithm: T of a 1 PiB message is finite and positive."""
+    for c in PRESETS.values():
+        if not isinstance(c.allreduce, AlgorithmCost):
+            continue
+        for algo in ("ring", "tree", "double_binary_tree", "recursive_doubling", "recursive_halving_doubling"):
+            t = c.with_algorithm(algo).with_workers(2**20).allreduce.time_s(2**50)
+            assert math.isfinite(t) and t > 0, (c.name, algo, t)
 
 
 def test_fitted_model_cannot_be_rescaled_but_algorithm_models_can():

@@ -71,6 +71,17 @@ def test_bad_efficiency_raises(efficiency):
         estimate_profile(_inv(), GPU, 4, efficiency=efficiency)
 
 
+def test_absurd_estimates_are_errors_naming_the_inputs():
+    # 7e9 FLOPs at 1e-300 of 10 TFLOP/s: 2.1e288 s per iteration (and inf at 5e-324)
+    for c in (1e-300, 5e-324):
+        with pytest.raises(CommschedError, match=f"'toy' at batch 4 on toy-gpu with efficiency {c:g} is .* over the bound"):
+            estimate_profile(_inv(), GPU, 4, efficiency=c)
+    with pytest.raises(CommschedError, match="batch_size must be at most 2\\*\\*24"):
+        estimate_profile(_inv(), GPU, 10**400)
+    with pytest.raises(CommschedError, match="over the bound of 1e\\+06 s"):
+        estimate_profile(_inv(), GPU, 2**24, efficiency=1e-3)  # 3 x 7e9 FLOPs x 2**22 / 1e10 FLOP/s: 8.8e6 s
+
+
 def test_efficiency_one_is_allowed():
     assert estimate_profile(_inv(), GPU, 4, efficiency=1.0).forward_s == pytest.approx(7e9 / 10e12)
 

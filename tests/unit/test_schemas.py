@@ -48,3 +48,40 @@ def test_schema_rejects_bad_values():
     bad = json.loads(json.dumps(good))
     bad["tensors"][0]["bytes"] = 0
     assert not v.is_valid(bad)
+
+
+def test_dataclasses_refuse_numbers_no_input_can_mean():
+    from commsched.errors import CommschedError
+    from commsched.types import Bucket, ModelProfile, Plan, Prediction, TensorSpec
+
+    t = (TensorSpec("w", 4, 1e-3),)
+    for make, needle in [
+        (lambda: ModelProfile("m", 1, "d", "measured", 6e5, (TensorSpec("w", 4, 6e5),)), "computes for 1.2e\\+06 s"),
+        (lambda: ModelProfile("m", 1, "d", "measured", 5e-324, (TensorSpec("w", 4, 0.0),)), "less than 1e-09 s"),
+        (lambda: ModelProfile("m", 1, "d", "measured", 1e-3, tuple(TensorSpec(f"w{i}", 2**50, 0.0) for i in range(2))), "2251799813685248 bytes"),
+        (lambda: ModelProfile("m", 2**24 + 1, "d", "measured", 1e-3, t), "batch_size must be at most"),
+        (lambda: TensorSpec("w", 4, 10**400), "an integer of about 401 digits"),
+        (lambda: Prediction(float("nan"), 0.0, 0.0, 0.0), "predicted iteration_s must be a finite number"),
+        (lambda: Plan("s", "m", (Bucket(("w",), 4),), params={"x": [float("inf")]}), "non-finite"),
+        (lambda: Bucket(("w",), 4, resources=5), "resources must be an object or null"),
+    ]:
+        with pytest.raises(CommschedError, match=needle):
+            make()
+
+
+def test_schemas_carry_the_bounds():
+    from commsched.types import MAX_BYTES, MAX_SECONDS, MAX_WORKERS
+
+    prof = validator("profile.v1.json")
+    good = json.loads((Path(__file__).resolve().parents[1] / "data" / "tiny-profile.json").read_text())
+    for path, value in ((("tensors", 0, "bytes"), MAX_BYTES + 1), (("tensors", 0, "backward_s"), MAX_SECONDS * 2), (("forward_s",), 1e308)):
+        bad = json.loads(json.dumps(good))
+        obj = bad
+        for k in path[:-1]:
+            obj = obj[k]
+        obj[path[-1]] = value
+        assert not prof.is_valid(bad), path
+    cluster = validator("cluster.v1.json")
+    doc = {"schema": "commsched.cluster/v1", "workers": MAX_WORKERS + 1, "allreduce": {"model": "alpha_beta", "alpha_s": 1e-3, "beta_s_per_byte": 1e-9}}
+    assert not cluster.is_valid(doc)
+    assert cluster.is_valid({**doc, "workers": MAX_WORKERS})

@@ -259,6 +259,25 @@ def test_bad_inputs_raise():
         inventory(nn.ReLU(), (torch.randn(2, 2),))
 
 
+def test_inputs_beyond_the_bounds_or_the_machine_are_errors(monkeypatch):
+    with pytest.raises(CommschedError, match="image_size must be at most 8192"):
+        example_input("resnet18", 2, 10_000_000)
+    with pytest.raises(CommschedError, match="batch_size must be at most 2\\*\\*24"):
+        example_input("resnet18", 2**24 + 1)
+    # within each bound, but 64 x 3 x 8192 x 8192 x 4 bytes = 48 GiB of input
+    with pytest.raises(CommschedError, match="64x3x8192x8192 takes 48 GiB, over the bound of 2 GiB"):
+        example_input("resnet18", 64, 8192)
+    with pytest.raises(CommschedError, match="4194304x128 takes 4 GiB"):
+        example_input("bert_small", 2**22)
+
+    def no_memory(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory\nmore")
+
+    monkeypatch.setattr(torch, "randn", no_memory)
+    with pytest.raises(CommschedError, match="cannot allocate an input of shape 2x3x224x224 .*can't allocate memory$"):
+        example_input("resnet18", 2)
+
+
 @pytest.mark.parametrize("name", ZOO_MODELS)
 def test_meta_device_inventory_equals_the_cpu_one(name):
     # zoo_profile inventories on the meta device for speed; the order, shapes and FLOPs must be the

@@ -36,9 +36,33 @@ def _split(values: Sequence[str]) -> list[str]:
     return out
 
 
-def _positive(what: str, value: float | None) -> None:
-    if value is not None and not (math.isfinite(value) and value > 0):
-        raise CommschedError(f"{what} must be a finite number > 0, got {value!r}")
+def _bounded(
+    what: str, value: float | None, upper: float, upper_text: str, *, lower: float = 0, strict: bool = True, lower_text: str = ""
+) -> None:
+    """An option's value in (lower, upper] (or [lower, upper] when not ``strict``); None is unset.
+
+    click gives ints of any size (``--workers`` followed by 400 digits) and floats that are nan or inf
+    (``1e400``); the bounds are those of :mod:`commsched.types` (see the README's error list)."""
+    if value is None:
+        return
+    from commsched.types import shown, too_big_int
+
+    if too_big_int(value) and value > 0:
+        raise CommschedError(f"{what} must be at most {upper_text}, got {shown(value)}")
+    if too_big_int(value) or not math.isfinite(value):
+        raise CommschedError(f"{what} must be a finite number, got {shown(value)}")
+    if value < lower or (strict and value == lower):
+        raise CommschedError(f"{what} must be {'>' if strict else '>='} {lower_text or format(lower, 'g')}, got {shown(value)}")
+    if value > upper:
+        raise CommschedError(f"{what} must be at most {upper_text}, got {shown(value)}")
+
+
+def _check_model_inputs(batch_size: int | None, image_size: int | None, efficiency: float | None = None) -> None:
+    from commsched.types import MAX_BATCH_SIZE, MAX_IMAGE_SIZE
+
+    _bounded("--batch-size", batch_size, MAX_BATCH_SIZE, "2**24 (16,777,216) samples per worker")
+    _bounded("--image-size", image_size, MAX_IMAGE_SIZE, f"{MAX_IMAGE_SIZE} pixels")
+    _bounded("--efficiency", efficiency, 1.0, "1 (the device's peak FLOP/s)")
 
 
 # --- inputs ------------------------------------------------------------------------------------
@@ -63,9 +87,7 @@ def _profiles(
 ) -> dict:
     from commsched.io import load_profile
 
-    _positive("--batch-size", batch_size)
-    _positive("--image-size", image_size)
-    _positive("--efficiency", efficiency)
+    _check_model_inputs(batch_size, image_size, efficiency)
     out = {}
     for path in profile_paths:
         p = load_profile(path)
@@ -83,7 +105,9 @@ def _cluster(spec: str, workers: int | None, algorithm: str | None):
     if algorithm:
         c = c.with_algorithm(algorithm)
     if workers is not None:
-        _positive("--workers", workers)
+        from commsched.types import MAX_WORKERS
+
+        _bounded("--workers", workers, MAX_WORKERS, "2**20 (1,048,576)")
         c = c.with_workers(workers)
     return c
 
@@ -94,10 +118,13 @@ def _planners(names: Sequence[str], bucket_mb: float | None, hvd_threshold_mb: f
     from commsched.planners import DDP, STRATEGIES, Horovod, planner
     from commsched.planners.ddp import MIB, ddp_with_cap
 
-    _positive("--bucket-mb", bucket_mb)
-    _positive("--horovod-cycle-ms", hvd_cycle_ms)
-    if hvd_threshold_mb is not None and not (math.isfinite(hvd_threshold_mb) and hvd_threshold_mb >= 0):
-        raise CommschedError(f"--horovod-threshold-mb must be a finite number >= 0, got {hvd_threshold_mb!r}")
+    from commsched.types import MAX_BYTES, MAX_SECONDS
+
+    _bounded("--bucket-mb", bucket_mb, MAX_BYTES / MIB, "2**30 MiB (1 PiB)")
+    _bounded("--horovod-threshold-mb", hvd_threshold_mb, MAX_BYTES / MIB, "2**30 MiB (1 PiB)", strict=False)
+    # 1 ns: below any event loop's resolution; the cycle simulation's tick arithmetic also needs a
+    # cycle far above float resolution at the end of the longest timeline (1.2e-10 s at 1e6 s)
+    _bounded("--horovod-cycle-ms", hvd_cycle_ms, MAX_SECONDS * 1e3, f"{MAX_SECONDS * 1e3:g} ms", lower=1e-6, strict=False, lower_text="1e-06 ms (1 ns)")
     chosen = [planner(n) for n in (_split(names) or list(STRATEGIES))]
     out = []
     for p in chosen:
@@ -135,9 +162,12 @@ def cli() -> None:
 def profile(model, batch_size, device, image_size, efficiency, measure, iters, warmup, sequential, out_path) -> None:
     """Profile a zoo model: gradient tensors in ready order, bytes, backward times (estimated or measured)."""
     from commsched.io import profile_to_json, write_json
+    from commsched.types import MAX_STEPS
 
+    _check_model_inputs(batch_size, image_size, efficiency)
     if measure:
-        _positive("--batch-size", batch_size)
+        _bounded("--iters", iters, MAX_STEPS, f"{MAX_STEPS:,}")
+        _bounded("--warmup", warmup, MAX_STEPS, f"{MAX_STEPS:,}", strict=False)
         from commsched.models.zoo import ZOO_MODELS
 
         if model not in ZOO_MODELS:
@@ -196,27 +226,36 @@ def plan(
     device = device or cluster.device or DEFAULT_DEVICE
     profiles = _profiles(profile_paths, models or ([] if profile_paths else [DEFAULT_MODEL]), batch_size, device, image_size, efficiency)
     (prof,) = profiles.values()
+    from commsched.io import dumps
+
     cmp = compare(prof, cluster, planners)
     best = cmp.best
+    doc = {"strategies": {k: plan_to_json(r.plan) for k, r in cmp.results.items()}, "best": best} if as_json else None
+    text = dumps(doc, "plan --json", indent=2) if as_json else None
+    # Every file, plot included, is written before anything is printed: a failure (an unwritable
+    # directory, a full disk) is then one error line with nothing on stdout, never a table followed
+    # by an error. The plot's inputs are checked before it draws (report.plots), so only the file
+    # system can fail it.
+    out = None if (out_dir is None and as_json) else Path(out_dir or "out")
+    if out is not None:
+        _write_plan_outputs(cmp, out)
     if as_json:
-        doc = {"strategies": {k: plan_to_json(r.plan) for k, r in cmp.results.items()}, "best": best}
-        click.echo(json.dumps(doc, indent=2))
+        click.echo(text)
     else:
         _print_comparison(cmp)
-    if out_dir is None and as_json:
-        return
-    out = Path(out_dir or "out")
-    _write_plan_outputs(cmp, out)
-    click.echo(f"best: {best}; wrote {out}/plan.json, {out}/trace.json, {out}/gantt.png", err=True)
+    if out is not None:
+        click.echo(f"best: {best}; wrote {out}/plan.json, {out}/trace.json, {out}/gantt.png", err=True)
 
 
 def _print_comparison(cmp) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     p, c = cmp.profile, cmp.cluster
     t = Table(
-        title=(
+        # names from files are text, not rich markup: a cluster called "[/x]" must not fail the table
+        title=escape(
             f"{p.model} (batch {p.batch_size}, {p.device}, {p.source}) on {c.name}: {c.workers} workers, "
             f"all-reduce {c.allreduce.to_json()['model']}"
         ),
@@ -228,7 +267,7 @@ def _print_comparison(cmp) -> None:
     for name, r in sorted(cmp.results.items(), key=lambda kv: kv[1].timeline.iteration_s):
         tl = r.timeline
         t.add_row(
-            f"[bold]{name}[/bold]" if name == best else name,
+            f"[bold]{escape(name)}[/bold]" if name == best else escape(name),
             f"{tl.iteration_s * 1e3:.2f}",
             f"{tl.compute_s * 1e3:.2f}",
             f"{tl.non_overlapped_comm_s * 1e3:.2f}",
@@ -241,16 +280,17 @@ def _print_comparison(cmp) -> None:
 
 def _write_plan_outputs(cmp, out: Path) -> None:
     from commsched.io import plan_to_json, write_json
-    from commsched.report.plots import gantt_png
+    from commsched.report.plots import check_timelines, gantt_png
     from commsched.report.trace import chrome_trace
 
     best = cmp.best
-    write_json(out / "plan.json", plan_to_json(cmp.results[best].plan))
-    ordered = {best: cmp.results[best].timeline} | {k: r.timeline for k, r in cmp.results.items() if k != best}
-    write_json(out / "trace.json", chrome_trace(ordered))
     shown = {best: cmp.results[best].timeline}
     if "ddp" in cmp.results and best != "ddp":
         shown["ddp"] = cmp.results["ddp"].timeline
+    check_timelines(shown)  # what the plot needs, before any file is written
+    write_json(out / "plan.json", plan_to_json(cmp.results[best].plan))
+    ordered = {best: cmp.results[best].timeline} | {k: r.timeline for k, r in cmp.results.items() if k != best}
+    write_json(out / "trace.json", chrome_trace(ordered))
     p = cmp.profile
     gantt_png(shown, out / "gantt.png", title=f"{p.model} on {cmp.cluster.name} ({cmp.cluster.workers} workers)")
 
@@ -265,7 +305,7 @@ def scale(
     horovod_threshold_mb, horovod_cycle_ms, workers_spec, algorithms, out_dir,
 ) -> None:
     """Predict scaling from few to thousands of workers, per strategy and all-reduce algorithm."""
-    from commsched.report.plots import scaling_png
+    from commsched.report.plots import check_scaling_rows, scaling_png
     from commsched.report.progress import progress
     from commsched.scale import expand_workers, sweep
 
@@ -279,15 +319,21 @@ def scale(
     planners = _planners(strategies, bucket_mb, horovod_threshold_mb, horovod_cycle_ms)
     device = device or cluster.device or DEFAULT_DEVICE
     profiles = _profiles(profile_paths, _split(models) or ([] if profile_paths else [DEFAULT_MODEL]), batch_size, device, image_size, efficiency)
+    from commsched.report.plots import MAX_PLOT_ROWS
+
+    if len(profiles) > MAX_PLOT_ROWS:  # scale.png has a row per model; fail before the sweep
+        raise CommschedError(f"scale plots at most {MAX_PLOT_ROWS} models in one run, got {len(profiles)}")
     total = len(profiles) * max(len(algos), 1) * len(workers) * len(planners)
     with progress(True, "simulating", total) as bar:
         rows = sweep(profiles, cluster, workers, planners, algos or None, progress=bar.advance)
+    check_scaling_rows(rows)  # every number finite and plottable, before any file is written
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "scale.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
+    # the plot is drawn before the table is printed, so a table on stdout means every file was written
     scaling_png(rows, out / "scale.png", title=f"predicted scaling on {cluster.name}")
     _print_scale_summary(rows, workers)
     click.echo(f"wrote {out}/scale.csv ({len(rows)} rows) and {out}/scale.png", err=True)
@@ -295,6 +341,7 @@ def scale(
 
 def _print_scale_summary(rows: list[dict], workers: Sequence[int]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     t = Table(title="scaling factor T1/(N T_N)", title_justify="left")
@@ -304,7 +351,7 @@ def _print_scale_summary(rows: list[dict], workers: Sequence[int]) -> None:
     for r in rows:
         keyed.setdefault((r["model"], r["algorithm"], r["strategy"]), {})[r["workers"]] = r["scaling_factor"]
     for (m, a, s), by_n in keyed.items():
-        t.add_row(m, a, s, *(f"{by_n[n]:.2f}" for n in workers))
+        t.add_row(escape(m), escape(a), escape(s), *(f"{by_n[n]:.2f}" for n in workers))
     Console(width=max(120, Console().width)).print(t)
 
 
@@ -349,8 +396,11 @@ def validate(model, batch_size, image_size, strategies, rounds, steps, out_dir) 
 
     if "RANK" not in os.environ:
         raise CommschedError("validate runs one process per rank: torchrun --nproc_per_node=2 -m commsched validate ...")
-    for what, v in (("--batch-size", batch_size), ("--rounds", rounds), ("--steps", steps), ("--image-size", image_size)):
-        _positive(what, v)
+    from commsched.types import MAX_STEPS
+
+    _check_model_inputs(batch_size, image_size)
+    for what, v in (("--rounds", rounds), ("--steps", steps)):
+        _bounded(what, v, MAX_STEPS, f"{MAX_STEPS:,}")
     names = _split(strategies)
     for n in names:
         planner(n)
@@ -406,21 +456,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cli.main(args=args, prog_name="commsched", standalone_mode=False)
     except CommschedError as e:
-        click.echo(f"commsched: error: {e}", err=True)
+        click.echo(f"commsched: error: {_one_line(str(e))}", err=True)
         return 2
     except BrokenPipeError:  # stdout closed early (| head): nothing left to say
         return 0
     except OSError as e:  # an output path that cannot be written, a full disk, ...
         where = f" {e.filename}" if e.filename else ""
-        click.echo(f"commsched: error:{where}: {e.strerror or e}", err=True)
+        click.echo(f"commsched: error:{_one_line(where)}: {_one_line(str(e.strerror or e))}", err=True)
         return 2
     except click.exceptions.Abort:
         click.echo("commsched: aborted", err=True)
         return 130
     except click.ClickException as e:
-        click.echo(f"commsched: error: {e.format_message()}", err=True)
+        click.echo(f"commsched: error: {_one_line(e.format_message())}", err=True)
         return 2
     return 0
+
+
+def _one_line(message: str) -> str:
+    """Errors are one line: a newline inside a name or a path (a file called "a\nb") is shown escaped."""
+    return message.replace("\r", "\\r").replace("\n", "\\n")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from commsched.cost.models import (
     cost_model_from_json,
 )
 from commsched.errors import CommschedError
+from commsched.types import MAX_WORKERS, shown
 
 CLUSTER_SCHEMA = "commsched.cluster/v1"
 
@@ -25,11 +26,11 @@ class ClusterSpec:
     device: str = ""  # the workers' GPU, when known: the default device for estimated profiles
 
     def __post_init__(self) -> None:
-        if not isinstance(self.workers, int) or isinstance(self.workers, bool) or self.workers < 1:
-            raise CommschedError(f"cluster workers must be a positive integer, got {self.workers!r}")
+        _check_workers(self.workers)
 
     def with_workers(self, workers: int) -> ClusterSpec:
         """The same network with another worker count; only algorithm models (Table II) can rescale."""
+        _check_workers(workers)
         if workers == self.workers:
             return self
         if not isinstance(self.allreduce, AlgorithmCost):
@@ -57,14 +58,20 @@ class ClusterSpec:
         return doc
 
 
+def _check_workers(workers: object) -> int:
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise CommschedError(f"cluster workers must be a positive integer, got {shown(workers)}")
+    if workers > MAX_WORKERS:
+        raise CommschedError(f"cluster workers must be at most 2**20 (1,048,576), got {shown(workers)}")
+    return workers
+
+
 def cluster_from_json(doc: object) -> ClusterSpec:
     if not isinstance(doc, dict):
         raise CommschedError(f"a cluster must be a JSON object, got {type(doc).__name__}")
     if doc.get("schema") != CLUSTER_SCHEMA:
-        raise CommschedError(f"cluster schema must be {CLUSTER_SCHEMA!r}, got {doc.get('schema')!r}")
-    workers = doc.get("workers")
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise CommschedError(f"cluster workers must be a positive integer, got {workers!r}")
+        raise CommschedError(f"cluster schema must be {CLUSTER_SCHEMA!r}, got {shown(doc.get('schema'))}")
+    workers = _check_workers(doc.get("workers"))
     allreduce = cost_model_from_json(doc.get("allreduce"), workers)
     # One worker has nothing to reduce, so a free all-reduce is right there and only there.
     if workers > 1 and not any(allreduce.time_s(m) > 0 for m in _PROBE_BYTES):

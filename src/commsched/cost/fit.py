@@ -8,6 +8,7 @@ import numpy as np
 
 from commsched.cost.models import AlphaBeta, CostModel, Piecewise
 from commsched.errors import CommschedError
+from commsched.types import MAX_BYTES, MAX_SECONDS
 
 
 @dataclass(frozen=True)
@@ -28,14 +29,20 @@ class FitReport:
 
 
 def _samples(sizes: object, times: object) -> tuple[np.ndarray, np.ndarray]:
-    x = np.asarray(sizes, dtype=np.float64)
-    y = np.asarray(times, dtype=np.float64)
+    """Samples as float arrays: sizes in (0, MAX_BYTES] bytes, times in (0, MAX_SECONDS] seconds."""
+    try:
+        x = np.asarray(sizes, dtype=np.float64)
+        y = np.asarray(times, dtype=np.float64)
+    except (OverflowError, ValueError, TypeError) as e:  # an int beyond float range, a string, ragged lists
+        raise CommschedError(f"samples must be numbers: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     if x.ndim != 1 or x.shape != y.shape:
         raise CommschedError(f"need matching 1-D sizes and times, got shapes {x.shape} and {y.shape}")
-    if x.size and (np.any(x <= 0) or np.any(~np.isfinite(x))):
-        raise CommschedError(f"sample sizes must be positive bytes, got {x[(x <= 0) | ~np.isfinite(x)][:3].tolist()}")
-    if y.size and (np.any(y <= 0) or np.any(~np.isfinite(y))):
-        raise CommschedError(f"sample times must be positive seconds, got {y[(y <= 0) | ~np.isfinite(y)][:3].tolist()}")
+    bad_x = (x <= 0) | ~np.isfinite(x) | (x > MAX_BYTES)
+    if x.size and np.any(bad_x):
+        raise CommschedError(f"sample sizes must be positive bytes, at most 2**50, got {x[bad_x][:3].tolist()}")
+    bad_y = (y <= 0) | ~np.isfinite(y) | (y > MAX_SECONDS)
+    if y.size and np.any(bad_y):
+        raise CommschedError(f"sample times must be positive seconds, at most {MAX_SECONDS:g}, got {y[bad_y][:3].tolist()}")
     return x, y
 
 

@@ -6,6 +6,11 @@ Pure Python + numpy. Every model is a frozen dataclass with
 - ``nondecreasing``: whether T never falls as the message grows (the fast exact planner relies on it,
   and falls back to an exhaustive dynamic programme when it does not hold);
 - ``to_json()``: the ``allreduce`` object of the ``commsched.cluster/v1`` format.
+
+Every parameter is bounded (:data:`~commsched.types.MAX_SECONDS` for times,
+:data:`~commsched.types.MAX_S_PER_BYTE` for per-byte costs, :data:`~commsched.types.MAX_BYTES` for
+sizes, :data:`~commsched.types.MAX_WORKERS`), so T of any message up to MAX_BYTES is finite: no
+product of parameters overflows to inf, and no inf or nan reaches a plan.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Literal, Protocol, runtime_checkable
 import numpy as np
 
 from commsched.errors import CommschedError
+from commsched.types import MAX_BYTES, MAX_S_PER_BYTE, MAX_SECONDS, MAX_WORKERS, check_number, shown, too_big_int
 
 Algorithm = Literal["ring", "tree", "double_binary_tree", "recursive_doubling", "recursive_halving_doubling"]
 ALGORITHMS: tuple[str, ...] = (
@@ -43,10 +49,22 @@ class CostModel(Protocol):
     def to_json(self) -> dict: ...
 
 
-def _finite_nonneg(what: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise CommschedError(f"{what} must be a finite number >= 0, got {value!r}")
-    return float(value)
+def _seconds(what: str, value: float) -> float:
+    """A time parameter: finite, >= 0 and at most MAX_SECONDS."""
+    return check_number(what, value, "seconds", upper=MAX_SECONDS)
+
+
+def _per_byte(what: str, value: float) -> float:
+    """A per-byte cost: finite, >= 0 and at most MAX_S_PER_BYTE (1 s per byte)."""
+    return check_number(what, value, "seconds per byte", upper=MAX_S_PER_BYTE)
+
+
+def _check_workers(workers: object) -> int:
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+        raise CommschedError(f"workers must be a positive integer, got {shown(workers)}")
+    if workers > MAX_WORKERS:
+        raise CommschedError(f"workers must be at most 2**20 (1,048,576), got {shown(workers)}")
+    return workers
 
 
 @dataclass(frozen=True)
@@ -57,8 +75,8 @@ class AlphaBeta:
     beta_s_per_byte: float
 
     def __post_init__(self) -> None:
-        _finite_nonneg("alpha_s", self.alpha_s)
-        _finite_nonneg("beta_s_per_byte", self.beta_s_per_byte)
+        _seconds("alpha_s", self.alpha_s)
+        _per_byte("beta_s_per_byte", self.beta_s_per_byte)
 
     @property
     def nondecreasing(self) -> bool:
@@ -83,9 +101,9 @@ class LinkParams:
     gamma_s_per_byte: float = 0.0
 
     def __post_init__(self) -> None:
-        _finite_nonneg("link_alpha_s", self.alpha_s)
-        _finite_nonneg("link_beta_s_per_byte", self.beta_s_per_byte)
-        _finite_nonneg("gamma_s_per_byte", self.gamma_s_per_byte)
+        _seconds("link_alpha_s", self.alpha_s)
+        _per_byte("link_beta_s_per_byte", self.beta_s_per_byte)
+        _per_byte("gamma_s_per_byte", self.gamma_s_per_byte)
 
 
 def _log2_steps(workers: int) -> int:
@@ -103,26 +121,35 @@ def algorithm_alpha_beta(algorithm: str, link: LinkParams, workers: int) -> Alph
       (Table II prints a = 2 log N, which has no unit; the alpha is restored here, as in [31] of the paper)
     - ring:                      a = 2 (N-1) alpha,   b = 2 (N-1)/N beta + (N-1)/N gamma
 
-    One worker communicates nothing: a = b = 0.
+    One worker communicates nothing: a = b = 0. With bounded link parameters and worker counts the
+    products are finite; an (a, b) beyond the bounds of :class:`AlphaBeta` (an all-reduce startup of
+    more than 11.6 days, more than 1 s per byte) is an error naming the algorithm and worker count.
     """
-    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
-        raise CommschedError(f"workers must be a positive integer, got {workers!r}")
+    _check_workers(workers)
     if algorithm not in ALGORITHMS:
-        raise CommschedError(f"unknown all-reduce algorithm {algorithm!r}; choose from {', '.join(ALGORITHMS)}")
+        raise CommschedError(f"unknown all-reduce algorithm {shown(algorithm)}; choose from {', '.join(ALGORITHMS)}")
     n = workers
     if n == 1:
         return AlphaBeta(0.0, 0.0)
     al, be, ga = link.alpha_s, link.beta_s_per_byte, link.gamma_s_per_byte
     lg = _log2_steps(n)
     if algorithm == "tree":
-        return AlphaBeta(2 * al * lg, (2 * be + ga) * lg)
-    if algorithm == "recursive_doubling":
-        return AlphaBeta(al * lg, (be + ga) * lg)
-    if algorithm == "recursive_halving_doubling":
-        return AlphaBeta(2 * al * lg, 2 * be - (2 * be + ga) / n + ga)
-    if algorithm == "double_binary_tree":
-        return AlphaBeta(2 * al * lg, be + ga)
-    return AlphaBeta(2 * (n - 1) * al, 2 * (n - 1) / n * be + (n - 1) / n * ga)
+        a, b = 2 * al * lg, (2 * be + ga) * lg
+    elif algorithm == "recursive_doubling":
+        a, b = al * lg, (be + ga) * lg
+    elif algorithm == "recursive_halving_doubling":
+        a, b = 2 * al * lg, 2 * be - (2 * be + ga) / n + ga
+    elif algorithm == "double_binary_tree":
+        a, b = 2 * al * lg, be + ga
+    else:
+        a, b = 2 * (n - 1) * al, 2 * (n - 1) / n * be + (n - 1) / n * ga
+    if a > MAX_SECONDS or b > MAX_S_PER_BYTE:
+        raise CommschedError(
+            f"a {algorithm} all-reduce over {n} workers on links with alpha {al:g} s, beta {be:g} s/byte, "
+            f"gamma {ga:g} s/byte costs {a:.4g} s + {b:.4g} s/byte, over the bounds of {MAX_SECONDS:g} s "
+            f"and {MAX_S_PER_BYTE:g} s/byte of one all-reduce"
+        )
+    return AlphaBeta(a, b)
 
 
 @dataclass(frozen=True)
@@ -186,14 +213,15 @@ def osf_ring_cost(
     beta is the link bandwidth (bytes/s), pi the peak compute (FLOP/s) that performs the reductions,
     s the bytes of one parameter and delta the per-all-reduce overhead.
     """
-    if workers < 1:
-        raise CommschedError(f"workers must be a positive integer, got {workers!r}")
+    _check_workers(workers)
     for what, v in (("bandwidth_bytes_per_s", bandwidth_bytes_per_s), ("peak_flops", peak_flops)):
-        if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-            raise CommschedError(f"{what} must be > 0, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or too_big_int(v) or not (math.isfinite(v) and v > 0):
+            raise CommschedError(f"{what} must be a finite number > 0, got {shown(v)}")
+    if isinstance(bytes_per_param, bool) or not isinstance(bytes_per_param, int) or not 1 <= bytes_per_param <= 64:
+        raise CommschedError(f"bytes_per_param must be a whole number of bytes from 1 to 64, got {shown(bytes_per_param)}")
     n = workers
     per_byte = 2 * (n - 1) / (bandwidth_bytes_per_s * n) + (n - 1) / (n * peak_flops * bytes_per_param)
-    return AlphaBeta(alpha_s=_finite_nonneg("delta_s", delta_s), beta_s_per_byte=per_byte)
+    return AlphaBeta(alpha_s=_seconds("delta_s", delta_s), beta_s_per_byte=_per_byte("OSF Eq. 7 per-byte cost", per_byte))
 
 
 @dataclass(frozen=True)
@@ -201,7 +229,9 @@ class Piecewise:
     """OSF Eq. 18: a1*log2(D) + b1 below the threshold (slow start), a2*D + b2 at and above it.
 
     The threshold is the bandwidth-delay product of the link (OSF Section 4.2). Times are clipped at
-    0 s, since two independently fitted lines can dip below zero.
+    0 s, since two independently fitted lines can dip below zero. The offsets and a1 (seconds per
+    doubling) are bounded by MAX_SECONDS in magnitude, a2 by MAX_S_PER_BYTE, the threshold by
+    MAX_BYTES (fitted lines may have either sign).
     """
 
     a1_s: float
@@ -211,12 +241,12 @@ class Piecewise:
     threshold_bytes: int
 
     def __post_init__(self) -> None:
-        for what in ("a1_s", "b1_s", "a2_s_per_byte", "b2_s"):
-            v = getattr(self, what)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise CommschedError(f"piecewise {what} must be a finite number, got {v!r}")
-        if not isinstance(self.threshold_bytes, int) or self.threshold_bytes < 1:
-            raise CommschedError(f"piecewise threshold_bytes must be a positive integer, got {self.threshold_bytes!r}")
+        for what in ("a1_s", "b1_s", "b2_s"):
+            check_number(f"piecewise {what}", getattr(self, what), "seconds", upper=MAX_SECONDS, lower=None)
+        check_number("piecewise a2_s_per_byte", self.a2_s_per_byte, "seconds per byte", upper=MAX_S_PER_BYTE, lower=None)
+        check_number(
+            "piecewise threshold_bytes", self.threshold_bytes, "bytes", upper=MAX_BYTES, lower=1, whole=True, upper_text="2**50"
+        )
 
     @property
     def nondecreasing(self) -> bool:
@@ -250,7 +280,13 @@ class Piecewise:
 
 @dataclass(frozen=True)
 class Table:
-    """Measured (bytes, seconds) points, linearly interpolated; extrapolated along the end segments."""
+    """Measured (bytes, seconds) points, linearly interpolated; extrapolated along the end segments.
+
+    Sizes are whole bytes in [1, MAX_BYTES], strictly increasing; times in (0, MAX_SECONDS]. An
+    all-reduce of any size from 1 byte to MAX_BYTES must cost more than 0 s: a table whose end
+    segments extrapolate to 0 s or less inside that range (a falling last segment, or a first one so
+    steep that it reaches 0 before 1 byte) is an error, not a model of free all-reduces.
+    """
 
     bytes: tuple[int, ...]
     seconds: tuple[float, ...]
@@ -263,13 +299,32 @@ class Table:
             )
         for b in self.bytes:
             if isinstance(b, bool) or not isinstance(b, int) or b <= 0:
-                raise CommschedError(f"table sizes must be positive whole bytes, got {b!r}")
-        for s in self.seconds:
-            _finite_nonneg("table seconds", s)
+                raise CommschedError(f"table sizes must be positive whole bytes, got {shown(b)}")
+            if b > MAX_BYTES:
+                raise CommschedError(f"table sizes must be at most 2**50 bytes (1 PiB), got {shown(b)}")
+        for b, s in zip(self.bytes, self.seconds):
+            check_number(f"table time at {b} bytes", s, "seconds", upper=MAX_SECONDS, allow_lower=False)
         if any(b2 <= b1 for b1, b2 in zip(self.bytes, self.bytes[1:])):
-            raise CommschedError(f"table sizes must be strictly increasing, got {list(self.bytes)}")
+            raise CommschedError(f"table sizes must be strictly increasing, got {shown(list(self.bytes))}")
         object.__setattr__(self, "bytes", tuple(self.bytes))
         object.__setattr__(self, "seconds", tuple(float(s) for s in self.seconds))
+        # piecewise linear: its least value over [1, MAX_BYTES] is at a point or at an end of the range
+        for end, (x0, y0, x1, y1) in (
+            (1, (self.bytes[0], self.seconds[0], self.bytes[1], self.seconds[1])),
+            (MAX_BYTES, (self.bytes[-2], self.seconds[-2], self.bytes[-1], self.seconds[-1])),
+        ):
+            if self._line(end, x0, y0, x1, y1) <= 0.0:
+                slope = (y1 - y0) / (x1 - x0)
+                zero = x0 - y0 / slope  # slope != 0 here: y0 > 0
+                raise CommschedError(
+                    f"table cost model extrapolates to 0 s at about {zero:.4g} bytes (along the segment from "
+                    f"{x0} B, {y0:g} s to {x1} B, {y1:g} s); an all-reduce of 1 to 2**50 bytes takes time: "
+                    f"add a measured point {'below' if end == 1 else 'above'} the table's range or drop the outlier"
+                )
+
+    @staticmethod
+    def _line(x: float, x0: float, y0: float, x1: float, y1: float) -> float:
+        return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
 
     @property
     def nondecreasing(self) -> bool:
@@ -306,10 +361,12 @@ def cost_model_from_json(obj: object, workers: int) -> CostModel:
 
     def num(key: str) -> float:
         if key not in obj:
-            raise CommschedError(f"allreduce model {kind!r} needs field {key!r}")
+            raise CommschedError(f"allreduce model {shown(kind)} needs field {key!r}")
         v = obj[key]
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise CommschedError(f"allreduce field {key!r} must be a number, got {v!r}")
+            raise CommschedError(f"allreduce field {key!r} must be a number, got {shown(v)}")
+        if too_big_int(v):
+            raise CommschedError(f"allreduce field {key!r} must be a finite number, got {shown(v)}")
         return float(v)
 
     if kind == "alpha_beta":
@@ -328,11 +385,11 @@ def cost_model_from_json(obj: object, workers: int) -> CostModel:
             raise CommschedError("table allreduce model needs 'points': [[bytes, seconds], ...]")
         for b, s in pts:
             if isinstance(b, bool) or not isinstance(b, int):
-                raise CommschedError(f"table sizes must be whole bytes, got {b!r}")
-            if isinstance(s, bool) or not isinstance(s, (int, float)):
-                raise CommschedError(f"table times must be numbers of seconds, got {s!r}")
+                raise CommschedError(f"table sizes must be whole bytes, got {shown(b)}")
+            if isinstance(s, bool) or not isinstance(s, (int, float)) or too_big_int(s):
+                raise CommschedError(f"table times must be finite numbers of seconds, got {shown(s)}")
             if s == 0:
-                raise CommschedError(f"table point at {b} bytes has a time of 0 s; a measured all-reduce takes time")
+                raise CommschedError(f"table point at {shown(b)} bytes has a time of 0 s; a measured all-reduce takes time")
         return Table(tuple(p[0] for p in pts), tuple(float(p[1]) for p in pts))
     known = ", ".join(("alpha_beta", *ALGORITHMS, "piecewise", "table"))
-    raise CommschedError(f"unknown allreduce model {kind!r}; choose from {known}")
+    raise CommschedError(f"unknown allreduce model {shown(kind)}; choose from {known}")

@@ -16,6 +16,7 @@ from torch import nn
 from commsched.errors import CommschedError
 from commsched.models.inventory import sum_of_means
 from commsched.models.names import ZOO_MODELS
+from commsched.types import MAX_BATCH_SIZE, MAX_IMAGE_SIZE, MAX_INPUT_BYTES, shown
 
 DEFAULT_IMAGE_SIZE = 224
 INCEPTION_IMAGE_SIZE = 299
@@ -121,22 +122,57 @@ def example_input(name: str, batch_size: int, image_size: int | None = None) -> 
     """Positional inputs for one forward of ``batch_size`` samples, drawn from a generator seeded with 0.
 
     Images are (batch, 3, image_size, image_size) float32; bert_base takes int64 token ids of shape
-    (batch, 128) and rejects ``image_size``.
+    (batch, 128) and rejects ``image_size``. The batch is at most
+    :data:`~commsched.types.MAX_BATCH_SIZE`, the image side at most
+    :data:`~commsched.types.MAX_IMAGE_SIZE` and the input tensor at most
+    :data:`~commsched.types.MAX_INPUT_BYTES`; an input that the machine cannot allocate within those
+    bounds is a CommschedError too.
     """
     _check_name(name)
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
-        raise CommschedError(f"batch_size must be a positive integer, got {batch_size!r}")
+        raise CommschedError(f"batch_size must be a positive integer, got {shown(batch_size)}")
+    if batch_size > MAX_BATCH_SIZE:
+        raise CommschedError(f"batch_size must be at most 2**24 samples, got {shown(batch_size)}")
     generator = torch.Generator().manual_seed(0)
     if name in TOKEN_MODELS:
         if image_size is not None:
-            raise CommschedError(f"{name} takes token ids, not images; got image_size={image_size!r}")
+            raise CommschedError(f"{name} takes token ids, not images; got image_size={shown(image_size)}")
         vocab = BERT_VOCAB_SIZE if name == "bert_base" else BERT_SMALL_VOCAB
-        return (torch.randint(0, vocab, (batch_size, BERT_SEQ_LEN), generator=generator),)
+        shape, nbytes = (batch_size, BERT_SEQ_LEN), batch_size * BERT_SEQ_LEN * 8
+        _check_input_bytes(name, shape, nbytes)
+        with _allocating(name, shape, nbytes):
+            return (torch.randint(0, vocab, shape, generator=generator),)
     if image_size is None:
         image_size = default_image_size(name)
     if not isinstance(image_size, int) or isinstance(image_size, bool) or image_size <= 0:
-        raise CommschedError(f"image_size must be a positive integer, got {image_size!r}")
-    return (torch.randn(batch_size, 3, image_size, image_size, generator=generator),)
+        raise CommschedError(f"image_size must be a positive integer, got {shown(image_size)}")
+    if image_size > MAX_IMAGE_SIZE:
+        raise CommschedError(f"image_size must be at most {MAX_IMAGE_SIZE} pixels, got {shown(image_size)}")
+    shape4, nbytes = (batch_size, 3, image_size, image_size), batch_size * 3 * image_size * image_size * 4
+    _check_input_bytes(name, shape4, nbytes)
+    with _allocating(name, shape4, nbytes):
+        return (torch.randn(*shape4, generator=generator),)
+
+
+def _check_input_bytes(name: str, shape: tuple[int, ...], nbytes: int) -> None:
+    if nbytes > MAX_INPUT_BYTES:
+        raise CommschedError(
+            f"zoo model {name!r}: an input of shape {'x'.join(map(str, shape))} takes {nbytes / 2**30:.3g} GiB, "
+            f"over the bound of {MAX_INPUT_BYTES / 2**30:g} GiB for one input; use a smaller batch or image size"
+        )
+
+
+@contextlib.contextmanager
+def _allocating(name: str, shape: tuple[int, ...], nbytes: int) -> Iterator[None]:
+    """torch's allocator failure (RuntimeError, or MemoryError) as a CommschedError naming the input."""
+    try:
+        yield
+    except (RuntimeError, MemoryError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CommschedError(
+            f"zoo model {name!r}: cannot allocate an input of shape {'x'.join(map(str, shape))} "
+            f"({nbytes / 2**30:.3g} GiB): {first}"
+        ) from None
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ import math
 from commsched.devices import CALIBRATED_EFFICIENCY, Device, device as lookup_device
 from commsched.errors import CommschedError
 from commsched.models.inventory_types import ModelInventory
-from commsched.types import ModelProfile, TensorSpec
+from commsched.types import MAX_BATCH_SIZE, MAX_SECONDS, ModelProfile, TensorSpec, shown
 
 
 def _check_efficiency(efficiency: float) -> float:
@@ -22,7 +22,7 @@ def _check_efficiency(efficiency: float) -> float:
         or not math.isfinite(efficiency)
         or not 0 < efficiency <= 1
     ):
-        raise CommschedError(f"efficiency c must be in (0, 1], got {efficiency!r}")
+        raise CommschedError(f"efficiency c must be in (0, 1], got {shown(efficiency)}")
     return float(efficiency)
 
 
@@ -49,13 +49,23 @@ def estimate_profile(
     if not isinstance(dev, Device):
         raise CommschedError(f"device must be a Device or a preset name, got {device!r}")
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
-        raise CommschedError(f"batch_size must be a positive integer, got {batch_size!r}")
+        raise CommschedError(f"batch_size must be a positive integer, got {shown(batch_size)}")
+    if batch_size > MAX_BATCH_SIZE:
+        raise CommschedError(f"batch_size must be at most 2**24 samples per worker, got {shown(batch_size)}")
     c = _check_efficiency(efficiency)
     if not math.isfinite(dev.peak_flops) or dev.peak_flops <= 0:
         raise CommschedError(f"device {dev.name!r} peak_flops must be > 0, got {dev.peak_flops!r}")
 
     achieved_flops_per_s = c * dev.peak_flops
     scale = batch_size / inv.batch_size
+    # OSF Eq. 4: compute = 3 forward. A tiny efficiency or a huge batch or image makes it absurd (or,
+    # with c near the smallest float, infinite): name the inputs rather than a derived field.
+    compute_s = 3.0 * inv.forward_flops * scale / achieved_flops_per_s
+    if not compute_s <= MAX_SECONDS:
+        raise CommschedError(
+            f"estimated compute of {inv.model!r} at batch {batch_size} on {dev.name} with efficiency {c:g} is "
+            f"{compute_s:.4g} s per iteration, over the bound of {MAX_SECONDS:g} s (11.6 days)"
+        )
     tensors = tuple(
         TensorSpec(
             name=t.name,

@@ -1,15 +1,99 @@
 """PNG figures: a Gantt chart of timelines and scaling curves. matplotlib is imported lazily, with
-the non-interactive Agg backend, so computation never needs a display."""
+the non-interactive Agg backend, so computation never needs a display.
+
+A plot cannot fail for its data: :func:`check_timelines` and :func:`check_scaling_rows` reject what
+matplotlib cannot draw (a non-finite number, an empty series, a worker count or speedup that a log
+axis cannot show) as a CommschedError before anything is drawn, and the CLI calls them before it
+prints or writes anything. Any error matplotlib still raises while drawing or saving becomes a
+one-line CommschedError naming the file; only the file system (OSError) can fail a plot otherwise.
+Names (models, strategies, clusters) are drawn as plain text: a ``$`` never starts matplotlib's
+mathtext (``$$`` or ``$\\frac$`` in a model name would fail to parse), and a string that is not
+valid Unicode is drawn with escapes. matplotlib's warnings (a glyph missing from the font) are not
+printed: the CLI's stderr is for errors.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import math
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-from commsched.types import Timeline
+from commsched.errors import CommschedError
+from commsched.types import Timeline, shown
 
 _COLORS = {"forward": "#9ecae1", "backward": "#3182bd", "optimizer": "#756bb1"}
 _COMM = ("#e6550d", "#fdae6b")
+
+
+MAX_PLOT_ROWS = 100
+"""Models in one scale.png (a row of two panels each, 396 px high) or timelines in one Gantt chart
+(102 px each): 100 stays far inside matplotlib's limit of 2**16 pixels per image side."""
+
+
+def _text(s: object) -> str:
+    """A name as matplotlib plain text: ``$`` escaped (no mathtext), unpaired surrogates escaped."""
+    return str(s).encode("utf-8", "backslashreplace").decode("utf-8").replace("$", r"\$")
+
+
+def _finite(what: str, v: object, *, positive: bool = False) -> None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or (positive and not v > 0):
+        need = "a finite number > 0" if positive else "a finite number"
+        raise CommschedError(f"cannot plot {what}: it must be {need}, got {shown(v)}")
+
+
+def check_timelines(timelines: Mapping[str, Timeline]) -> None:
+    """What :func:`gantt_png` needs: at least one timeline, every span and total finite."""
+    if not timelines:
+        raise CommschedError("cannot plot a Gantt chart of no timelines")
+    if len(timelines) > MAX_PLOT_ROWS:
+        raise CommschedError(f"cannot plot {len(timelines)} timelines in one Gantt chart; at most {MAX_PLOT_ROWS}")
+    for label, tl in timelines.items():
+        _finite(f"{label!r} iteration_s", tl.iteration_s)
+        for s in tl.spans:
+            _finite(f"{label!r} span {s.name!r} start", s.start_s)
+            _finite(f"{label!r} span {s.name!r} end", s.end_s)
+
+
+_ROW_NUMBERS = ("iteration_s", "compute_s", "non_overlapped_comm_s", "scaling_factor", "speedup")
+
+
+def check_scaling_rows(rows: Sequence[Mapping]) -> None:
+    """What :func:`scaling_png` and the CSV need: rows with every number finite, worker counts and
+    speedups > 0 (both are drawn on log axes)."""
+    if not rows:
+        raise CommschedError("cannot plot scaling curves of no rows")
+    models = {r.get("model") for r in rows}
+    if len(models) > MAX_PLOT_ROWS:
+        raise CommschedError(f"cannot plot scaling curves of {len(models)} models in one figure; at most {MAX_PLOT_ROWS}")
+    for r in rows:
+        where = f"{r.get('model')!r} {r.get('strategy')!r} ({r.get('algorithm')!r}) at {r.get('workers')!r} workers"
+        w = r.get("workers")
+        if isinstance(w, bool) or not isinstance(w, int) or w < 1:
+            raise CommschedError(f"cannot plot {where}: the worker count must be a positive integer")
+        for key in _ROW_NUMBERS:
+            _finite(f"{where} {key}", r.get(key), positive=key in ("speedup", "iteration_s"))
+
+
+@contextlib.contextmanager
+def _drawing(path: str | Path) -> Iterator[None]:
+    """matplotlib's own failures while drawing or saving as one CommschedError line; OSError (an
+    unwritable directory, a full disk) passes through to the CLI's file-system message."""
+    plt = _pyplot()
+    before = set(plt.get_fignums())
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    except OSError:
+        raise
+    except (ValueError, OverflowError, RuntimeError, ArithmeticError, TypeError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CommschedError(f"{path}: matplotlib could not draw the plot: {first}") from None
+    finally:
+        for num in set(plt.get_fignums()) - before:  # a figure left open by a failure
+            plt.close(num)
 
 
 def _pyplot():
@@ -23,6 +107,12 @@ def _pyplot():
 
 def gantt_png(timelines: dict[str, Timeline], path: str | Path, title: str = "") -> Path:
     """Two lanes per timeline (compute, all-reduce); all-reduces alternate colours so buckets stand apart."""
+    check_timelines(timelines)
+    with _drawing(path):
+        return _gantt_png(timelines, path, title)
+
+
+def _gantt_png(timelines: dict[str, Timeline], path: str | Path, title: str) -> Path:
     plt = _pyplot()
     n = len(timelines)
     fig, ax = plt.subplots(figsize=(11, 0.9 + 0.85 * n), dpi=120)
@@ -40,11 +130,11 @@ def gantt_png(timelines: dict[str, Timeline], path: str | Path, title: str = "")
             ax.broken_barh([(s.start_s * scale, max(s.duration_s, 0.0) * scale)], (y + 0.1, 0.8), facecolors=color, edgecolor="none")
         ax.text(tl.iteration_s * scale, base + 0.5, f"  {tl.iteration_s * scale:.1f} {unit}", va="center", fontsize=8)
         yticks += [base + 0.5, base + 1.5]
-        ylabels += [f"{label}: all-reduce ({len(tl.allreduces)})", f"{label}: compute"]
+        ylabels += [f"{_text(label)}: all-reduce ({len(tl.allreduces)})", f"{_text(label)}: compute"]
     ax.set_yticks(yticks, ylabels, fontsize=8)
     ax.set_xlabel(f"time ({unit})")
     ax.grid(axis="x", alpha=0.3)
-    ax.set_title(title or "one training iteration", fontsize=10)
+    ax.set_title(_text(title) or "one training iteration", fontsize=10)
     from matplotlib.patches import Patch
 
     kinds = {s.kind for tl in timelines.values() for s in tl.spans}
@@ -66,6 +156,12 @@ def scaling_png(rows: Sequence[dict], path: str | Path, title: str = "") -> Path
     ``rows`` are the rows of :func:`commsched.scale.sweep` (keys: model, strategy, algorithm,
     workers, scaling_factor, speedup).
     """
+    check_scaling_rows(rows)
+    with _drawing(path):
+        return _scaling_png(rows, path, title)
+
+
+def _scaling_png(rows: Sequence[dict], path: str | Path, title: str) -> Path:
     plt = _pyplot()
     from matplotlib.ticker import ScalarFormatter
 
@@ -82,7 +178,7 @@ def scaling_png(rows: Sequence[dict], path: str | Path, title: str = "") -> Path
                 continue
             pts = sorted(pts, key=lambda r: r["workers"])
             ws = [r["workers"] for r in pts]
-            label = strategy if len(algos) == 1 else f"{strategy} ({algo})"
+            label = _text(strategy if len(algos) == 1 else f"{strategy} ({algo})")
             style = "-" if strategy == "optimal" else "--" if strategy in ("wfbp", "synceasgd") else "-."
             width = 2.6 if strategy == "optimal" else 1.2
             ax_sf.plot(ws, [r["scaling_factor"] for r in pts], style, lw=width, marker="o", ms=3, label=label)
@@ -96,13 +192,13 @@ def scaling_png(rows: Sequence[dict], path: str | Path, title: str = "") -> Path
             ax.set_xlabel("workers")
             ax.set_ylabel(ylabel)
             ax.grid(alpha=0.3, which="both")
-            ax.set_title(f"{model}", fontsize=10)
+            ax.set_title(_text(model), fontsize=10)
         ax_sp.set_yscale("log", base=2)
         ax_sp.yaxis.set_major_formatter(ScalarFormatter())
         ax_sf.set_ylim(0, 1.05)
         ax_sf.legend(fontsize=7, ncol=2)
     if title:
-        fig.suptitle(title, fontsize=11)
+        fig.suptitle(_text(title), fontsize=11)
     fig.tight_layout()
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
