@@ -4,9 +4,10 @@ Run: .venv/bin/python benchmarks/optimal_under_contention.py [--cases 5000] [--m
 
 1. Random profiles of 2..max-tensors tensors (bytes log-uniform 4 B..64 MB, backward times
    log-uniform 10 us..50 ms, forward 1-100 ms), alpha-beta costs (alpha 10 us..5 ms, beta for
-   0.1-10 Gbit/s) and slowdowns (compute 0..1, all-reduce 0..0.5), each compared with brute force
-   over all 2^(L-1) contiguous bucketings scored by the contention-aware simulator: how often
-   `Optimal(compute_slowdown, comm_slowdown)` misses the optimum with tolerance 0 (never, if it is
+   0.1-10 Gbit/s), slowdowns (compute 0..1, all-reduce 0..0.5), a per-call overhead (0..2 ms) and a
+   runtime (NCCL's serial run, or gloo's two threads sharing the link, half the cases each), each
+   compared with brute force over all 2^(L-1) contiguous bucketings scored by the simulator under
+   those semantics: how often `Optimal(semantics)` misses the optimum with tolerance 0 (never, if it is
    exact) and with the default tolerance 0.01 (and by how much), and how often and by how much the
    plain `optimal` (planned without contention) is slower.
 2. Planning time of `Optimal` under contention (compute +50%, all-reduce +5%) on estimated zoo
@@ -25,7 +26,8 @@ import time
 from commsched.cost.cluster import preset
 from commsched.cost.models import AlphaBeta
 from commsched.planners.optimal import Optimal
-from commsched.sim.contention import simulate_contended
+from commsched.sim.contention import simulate_run
+from commsched.sim.semantics import Semantics
 from commsched.types import ModelProfile, TensorSpec
 
 
@@ -39,17 +41,19 @@ def exactness(cases: int, max_tensors: int, seed: int) -> None:
         )
         p = ModelProfile("random", 1, "cpu", "estimated", 10 ** rng.uniform(-3, -1), tensors)
         cost = AlphaBeta(10 ** rng.uniform(-5, -2.3), 8 / (10 ** rng.uniform(8, 10)))
-        cs, ms = rng.uniform(0, 1), rng.uniform(0, 0.5)
+        cs, ms, d = rng.uniform(0, 1), rng.uniform(0, 0.5), rng.uniform(0, 2e-3)
+        backend = rng.choice([("nccl", 1), ("gloo", 2)])
+        sem = Semantics(backend[0], backend[1], 0.0, cs, ms, d)
 
         def score(ends):
-            return simulate_contended(p, ends, cost, cs, ms).iteration_s
+            return simulate_run(p, ends, cost, sem).iteration_s
 
         best = min(
             score(tuple(k for k, cut in zip(range(1, n), cuts) if cut) + (n,))
             for cuts in itertools.product((0, 1), repeat=n - 1)
         )
-        misses += score(Optimal(cs, ms, tolerance=0.0).ends(p, cost)) > best * (1 + 1e-9)
-        default_gaps.append(score(Optimal(cs, ms).ends(p, cost)) / best - 1)
+        misses += score(Optimal(sem, tolerance=0.0).ends(p, cost)) > best * (1 + 1e-9)
+        default_gaps.append(score(Optimal(sem).ends(p, cost)) / best - 1)
         plain_gaps.append(score(Optimal().ends(p, cost)) / best - 1)
     slower = [g for g in plain_gaps if g > 1e-9]
     print(f"optimal under contention, tolerance 0: missed the brute-force optimum in {misses}/{cases} cases")
@@ -70,12 +74,13 @@ def speed() -> None:
     cluster = preset("v100-10gbe")
     print("| model | tensors | plain optimal ms | optimal under contention ms (median [min, max]) | predicted, tolerance 0.01 vs 0.002 |")
     print("|---|---|---|---|---|")
+    sem = Semantics(compute_slowdown=0.5, comm_slowdown=0.05)
     for name, batch in (("bert_small", 8), ("resnet18", 16), ("resnet50", 32), ("mobilenet_v2", 32)):
         p = zoo_profile(name, batch, "V100")
-        for planner in (Optimal(), Optimal(0.5, 0.05)):
+        for planner in (Optimal(), Optimal(sem)):
             planner.ends(p, cluster.allreduce)  # warm
         rows = []
-        for planner in (Optimal(), Optimal(0.5, 0.05)):
+        for planner in (Optimal(), Optimal(sem)):
             ts = []
             for _ in range(5):
                 t0 = time.perf_counter()
@@ -85,8 +90,8 @@ def speed() -> None:
         plain, cont = rows
 
         def predicted(tolerance: float) -> float:
-            ends = Optimal(0.5, 0.05, tolerance=tolerance).ends(p, cluster.allreduce)
-            return simulate_contended(p, ends, cluster.allreduce, 0.5, 0.05).iteration_s
+            ends = Optimal(sem, tolerance=tolerance).ends(p, cluster.allreduce)
+            return simulate_run(p, ends, cluster.allreduce, sem).iteration_s
 
         print(
             f"| {name} | {len(p.tensors)} | {statistics.median(plain):.2f} | "

@@ -6,8 +6,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from commsched.cost.cluster import ClusterSpec
-from commsched.planners import DDP, make_plan
+from dataclasses import replace
+
+from commsched.planners import DDP, Optimal, make_plan
 from commsched.planners.base import Planner, plan_and_timeline
+from commsched.sim.semantics import NCCL, Semantics
 from commsched.types import ModelProfile, Plan, Timeline
 
 
@@ -24,6 +27,7 @@ class Comparison:
     profile: ModelProfile
     cluster: ClusterSpec
     results: dict[str, StrategyResult]
+    semantics: Semantics = NCCL
 
     @property
     def best(self) -> str:
@@ -34,18 +38,22 @@ class Comparison:
         return min(tied, key=lambda k: len(self.results[k].plan.buckets))
 
 
-def compare(profile: ModelProfile, cluster: ClusterSpec, planners: Sequence[Planner]) -> Comparison:
+def compare(profile: ModelProfile, cluster: ClusterSpec, planners: Sequence[Planner], semantics: Semantics = NCCL) -> Comparison:
+    """Every planner's plan scored under ``semantics`` (the runtime that will run them); ``optimal``
+    plans for those semantics."""
     cost = cluster.allreduce
-    ddp_default = make_plan(DDP(), profile, cost).predicted
+    ddp_default = make_plan(DDP(), profile, cost, semantics).predicted
     assert ddp_default is not None
     t_ddp = ddp_default.iteration_s
     results: dict[str, StrategyResult] = {}
     for p in planners:
-        plan, timeline = plan_and_timeline(p, profile, cost)
+        if isinstance(p, Optimal):
+            p = replace(p, semantics=semantics)
+        plan, timeline = plan_and_timeline(p, profile, cost, semantics)
         results[plan.strategy] = StrategyResult(
             plan=plan,
             timeline=timeline,
             scaling_factor=(profile.compute_s + profile.optimizer_s) / timeline.iteration_s,
             speedup_vs_ddp=t_ddp / timeline.iteration_s,
         )
-    return Comparison(profile, cluster, results)
+    return Comparison(profile, cluster, results, semantics)

@@ -24,31 +24,39 @@ def test_validate_end_to_end(tmp_path):
     assert "prediction error: median" in r.stdout and "torch-ddp" in r.stdout
     doc = json.loads((out / "validate.json").read_text())
     assert set(doc["strategies"]) == {"optimal", "ddp", "synceasgd"} and doc["world_size"] == 2
-    for row in doc["strategies"].values():
+    for row in [*doc["strategies"].values(), doc["stock_ddp"]]:
         assert row["measured_s"] > 0 and row["iteration_s"] > 0 and row["buckets"] >= 1
         assert abs(row["error"] - (row["iteration_s"] / row["measured_s"] - 1)) < 1e-12
-        assert abs(row["error_before_run"] - (row["predicted_before_run_s"] / row["measured_s"] - 1)) < 1e-12
         lo, hi = row["error_ci95"]
         assert lo <= hi
-    # predictions come from the profile steps and contention probes inside the rounds (one probe per
-    # round on each rank), plans from those measured before them (6 probes on each rank)
-    assert doc["contention"]["samples"] == 2 * 2 and doc["contention_before_run"]["samples"] == 2 * 6
+        lo, hi = row["speedup_ci95"]
+        assert 0 < lo <= hi
+    for row in doc["strategies"].values():
+        assert abs(row["error_before_run"] - (row["predicted_before_run_s"] / row["measured_s"] - 1)) < 1e-12
+    # the semantics of the runtime that ran the plans: gloo's worker threads, measured contention
+    sem = doc["semantics"]
+    assert sem["backend"] == "gloo" and sem["threads"] == doc["contention"]["threads"] == 2
+    assert 0 <= sem["concurrency_gain"] <= 1 and sem["call_overhead_s"] >= 0
+    assert set(doc["contention"]["allreduce_per_call_s"]) <= {"16384", "1048576", "8388608"}
+    # predictions come from the profile steps and probes inside the rounds (one probe per round on
+    # each rank), plans from those measured before them (4 probes on each rank)
+    assert doc["contention"]["samples"] == 2 * 2 and doc["contention_before_run"]["samples"] == 2 * 4
     assert doc["profile"]["tensors"] == doc["profile_before_run"]["tensors"] == 62
-    # optimal is planned for the contention measured before the run, and says so in its params
+    # optimal is planned for the semantics measured before the run, and says so in its params
     params = doc["plans"]["optimal"]["params"]
-    assert params["compute_slowdown"] == doc["contention_before_run"]["compute_slowdown"]
-    assert params["comm_slowdown"] == doc["contention_before_run"]["comm_slowdown"]
+    assert params["semantics"] == doc["semantics_before_run"] == params["scored_under"]
     assert [len(b["tensors"]) for b in doc["plans"]["synceasgd"]["buckets"]] == [62]
-    # each plan carries the prediction it was made for: under the contention measured before the run
+    # each plan carries the prediction it was made for: under the semantics measured before the run
     for name, row in doc["strategies"].items():
         assert abs(doc["plans"][name]["predicted"]["iteration_s"] - row["predicted_before_run_s"]) <= 1e-12 * row["predicted_before_run_s"]
-    assert 0 <= doc["contention"]["long_message_ended_early"] <= 2 + 6
-    # predictions use the all-reduce times of buckets chained by the runtime; the barrier bench is beside them
+    # predictions use the per-call times of all-reduces launched back to back, as a table
     assert doc["comm_samples"]["statistic"] == "mean" and doc["comm_samples"]["sizes_bytes"][-1] >= doc["profile"]["bytes"]
-    assert "chained by DataParallel" in doc["cluster"]["source"]
-    assert doc["barrier_bench"]["samples"]["statistic"] == "median" and doc["barrier_bench"]["cluster"]["workers"] == 2
+    assert doc["cluster"]["allreduce"]["model"] == "table" and "back to back" in doc["cluster"]["source"]
     assert doc["contention"]["compute_slowdown"] >= 0 and doc["contention"]["comm_slowdown"] >= 0
-    assert doc["stock_ddp"]["measured_s"] > 0 and "overhead_vs_stock_ddp" in doc
+    assert "ddp_caps_vs_stock_ddp" in doc
+    # every variant's timeline was recorded from stock DDP steps
+    for row in doc["strategies"].values():
+        assert row["timeline"]["measured"]["allreduce_end_s"] > 0
     b = doc["measured_breakdown"]
     assert min(b.values()) >= 0
     for name in ("validate.png", "measured-gantt.png"):
@@ -63,14 +71,15 @@ def test_validate_outside_torchrun_is_a_clear_error():
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "torchrun" in r.stderr
 
 
-def test_runtime_allreduce_bench_times_each_size_as_a_bucket():
+def test_chains_time_all_reduces_per_call_as_ddp_launches_them():
     from tests.distributed.launch import results, run_workers
 
     docs = results(run_workers("runtime_bench.py", []))
     assert docs[0] == docs[1]  # the ranks combine their numbers, so all hold the same
     d = docs[0]
     assert d["statistic"] == "mean" and d["backend"] == "gloo" and d["world_size"] == 2
-    assert d["sizes_bytes"] == [4, 64, 4096, 64 << 20]
+    assert d["threads"] == 2  # ProcessGroupGloo's default worker threads, read from the group
+    assert d["sizes_bytes"] == [4, 64, 4096, 64 << 20] and d["chains"] == [8, 8, 8, 1]
     assert all(0 <= lo <= t <= hi and t > 0 for lo, t, hi in zip(d["min_s"], d["time_s"], d["max_s"])), d
     # 64 MiB takes longer than 4 B, even when 4 B waits for a scheduler tick (up to ~8 ms here)
     assert d["time_s"][-1] > d["time_s"][0]

@@ -169,3 +169,25 @@ def test_semantics_json_round_trip_and_errors():
         semantics_from_json({"threads": 1, "speed": 2})
     with pytest.raises(CommschedError):
         semantics_from_json([1])
+
+
+@given(profiles(max_tensors=20), costs, st.sampled_from(sorted(STRATEGIES)), factors, st.floats(0.0, 1.0))
+def test_compute_slowed_more_by_two_in_flight_is_never_faster(profile, cost, name, c1, extra):
+    ends = STRATEGIES[name].ends(profile, cost)
+    same = simulate_run(profile, ends, cost, Semantics("gloo", 2, 0.0, c1, 0.1))
+    more = simulate_run(profile, ends, cost, Semantics("gloo", 2, 0.0, c1, 0.1, 0.0, c1 + extra))
+    assert more.iteration_s >= same.iteration_s * (1 - 1e-9)
+    assert Semantics("gloo", 2, 0.0, c1, 0.1, 0.0, c1).serial_equivalent
+    assert Semantics("gloo", 2, 0.0, c1, 0.1, 0.0, c1 + extra).serial_equivalent == (c1 + extra == c1)
+
+
+def test_hand_worked_compute_under_two_all_reduces():
+    # forward 1 s; a (0 s) then b (0 s) then c (3 s of backward); buckets a, b ready at 1 s, T = 2 s
+    # each, sharing the link: both run 1..5. Compute of c runs at 1/(1 + c2) = 1/3 while both are in
+    # flight: 4 s x 1/3 = 4/3 s of work by t = 5, the remaining 5/3 s at full speed: ready at 20/3 s.
+    p = ModelProfile("m", 1, "d", "estimated", 1.0, (TensorSpec("a", 10, 0.0), TensorSpec("b", 10, 0.0), TensorSpec("c", 10, 3.0)))
+    tl = simulate_run(p, (1, 2, 3), AlphaBeta(2.0, 0.0), Semantics("gloo", 2, 0.0, 0.5, 0.0, 0.0, 2.0))
+    assert tl.compute_s == pytest.approx(20 / 3)
+    # with c2 = c = 0.5: 4 s x 2/3 = 8/3 of work by 5, 1/3 s more: 16/3
+    tl = simulate_run(p, (1, 2, 3), AlphaBeta(2.0, 0.0), Semantics("gloo", 2, 0.0, 0.5))
+    assert tl.compute_s == pytest.approx(16 / 3)

@@ -12,30 +12,85 @@ from commsched.sim.contention import simulate_contended
 from commsched.types import ModelProfile, TensorSpec
 
 
-def test_contention_factors_are_ratios_of_medians_clipped_at_zero():
-    # (backward alone, backward under all-reduce, all-reduce alone, all-reduce under backward)
-    samples = [(1.0, 1.5, 2.0, 1.0), (1.0, 1.4, 2.0, 1.0), (3.0, 1.6, 2.0, 1.0)]
+def probe(alone=1.0, under=1.5, overlap=1.0, chain=(0.002, 0.0024), pair=(0.01, 0.02), two=None):
+    doc = {
+        "backward_s": alone, "backward_under_allreduce_s": under, "overlap_s": overlap,
+        "chain_16384": chain, "pair_16384": pair,
+    }
+    if two is not None:
+        doc.update(two)
+    return doc
+
+
+def test_contention_factors_from_probe_medians():
+    # compute: under = alone + c x overlap; an all-reduce that ended after 0.5 s slowed compute for 0.5 s only
+    samples = [probe(1.0, 1.5, 1.0), probe(1.0, 1.4, 1.0), probe(3.0, 1.6, 0.5)]
     c = contention_of(samples)
-    assert c["compute_slowdown"] == pytest.approx(0.5) and c["comm_slowdown"] == 0.0 and c["samples"] == 3
+    assert c["compute_slowdown"] == pytest.approx((1.5 - 1.0) / 1.0) and c["samples"] == 3
+    # one probe size: the per-call slowdown is the ratio, no per-call overhead to fit
+    assert c["comm_slowdown"] == pytest.approx(0.2) and c["call_overhead_s"] == 0.0
+    # two at once taking twice as long as one: no gain
+    assert c["concurrency_gain_measured"] == pytest.approx(0.0) and c["concurrency_gain"] == 0.0
+    assert c["compute_slowdown_concurrent"] is None
+
+
+def test_compute_slowdown_under_two_all_reduces_separates_the_time_only_one_was_in_flight():
+    # alone 1, c1 = 0.5 (1.5 under one for 1 s); under two: both in flight 0.5 s, one more 0.5 s:
+    # 2.0 = 1 + c2 x 0.5 + 0.5 x 0.5  ->  c2 = 1.5
+    two = {"backward_under_two_s": 2.0, "overlap_two_s": 0.5, "overlap_any_s": 1.0}
+    c = contention_of([probe(two=two)] * 3, threads=2)
+    assert c["compute_slowdown"] == pytest.approx(0.5) and c["compute_slowdown_concurrent"] == pytest.approx(1.5)
+
+
+def test_a_gain_is_used_only_when_its_interval_excludes_zero():
+    gaining = [probe(pair=(0.01, 0.01 + 0.0001 * k)) for k in range(6)]  # two together about as fast as one
+    c = contention_of(gaining, resamples=100, threads=2)
+    assert c["concurrency_gain_ci95"][0] > 0 and c["concurrency_gain"] == pytest.approx(c["concurrency_gain_measured"])
+    noisy = [probe(pair=(0.01, t)) for t in (0.015, 0.025, 0.02, 0.03, 0.012, 0.04)]
+    c = contention_of(noisy, resamples=100, threads=2)
+    assert c["concurrency_gain_ci95"][0] <= 0 and c["concurrency_gain"] == 0.0
+    assert contention_of(gaining, resamples=100, threads=1)["concurrency_gain"] == 0.0  # NCCL: nothing runs at once
 
 
 def test_bootstrap_interval_takes_as_many_resamples_off_each_end():
     order = ModelProfile("m", 1, "cpu", "measured", 0.1, (TensorSpec("a", 400, 0.0), TensorSpec("b", 400, 0.0)))
     steps = ProfileSteps(order, (0.1,) * 3, ((0.2, 0.3),) * 3, (0.0,) * 3)
-    probes = [(1.0, 1.2, 1.0, 1.1)] * 3
+    probes = [probe(1.0, 1.2, 1.0, (0.01, 0.011))] * 3
     cluster = ClusterSpec("c", 2, AlphaBeta(0.01, 1e-6))
     pred = simulate_contended(steps.profile(), (2,), cluster.allreduce, 0.2, 0.1).iteration_s
     # Two measured steps: a resampled median is a, b or their mean, so the error spans exactly
     # [pred/b - 1, pred/a - 1], and with 200 resamples both ends occur more than 5 times each.
     a, b = 0.3, 0.5
-    lo, hi = error_intervals(steps, probes, {"s": (2,)}, cluster, {"s": [a, b]}, resamples=200)["s"]
+    lo, hi = error_intervals(steps, probes, {"s": (2,)}, cluster, {"s": [a, b]}, resamples=200, backend="gloo", threads=1)["s"]
     assert lo == pytest.approx(pred / b - 1) and hi == pytest.approx(pred / a - 1)
     # nothing to resample: the interval is the point
-    lo, hi = error_intervals(steps, probes, {"s": (2,)}, cluster, {"s": [a, a]}, resamples=50)["s"]
+    lo, hi = error_intervals(steps, probes, {"s": (2,)}, cluster, {"s": [a, a]}, resamples=50, backend="gloo", threads=1)["s"]
     assert lo == hi == pytest.approx(pred / a - 1)
 
 
-@pytest.mark.parametrize("field", ["rounds", "steps", "resamples", "contention_iters"])
+@pytest.mark.parametrize("field", ["rounds", "steps", "resamples", "probe_iters", "chain_repeats"])
 def test_config_rejects_non_positive_counts(field):
     with pytest.raises(CommschedError, match=field):
         ValidationConfig("resnet18", 4, **{field: 0})
+
+
+def test_table_cost_is_non_decreasing_and_flat_below_the_smallest_size():
+    from commsched.runtime.bench_comm import CommSamples
+    from commsched.runtime.validate import table_cost
+
+    s = CommSamples("gloo", 2, (4, 8, 16, 32), (3e-3, 1e-3, 2e-3, 5e-3), (1e-3,) * 4, (6e-3,) * 4, statistic="mean")
+    t = table_cost(s)
+    assert t.bytes == (1, 4, 8, 16, 32)
+    assert t.seconds == (2e-3, 2e-3, 2e-3, 2e-3, 5e-3)  # the dip at 8 B pooled with 4 B: (3 + 1) / 2
+    assert t.time_s(1) == t.time_s(2) == 2e-3
+
+
+def test_fit_call_slowdown_recovers_m_and_d():
+    from commsched.runtime.validate import fit_call_slowdown
+
+    alone = [0.002, 0.004, 0.03]
+    under = [(1 + 0.2) * (a + 0.001) for a in alone]
+    m, d = fit_call_slowdown(alone, under)
+    assert abs(m - 0.2) < 1e-9 and abs(d - 0.001) < 1e-12
+    # faster under compute is noise, not a model: clipped at 0
+    assert fit_call_slowdown([0.01], [0.005]) == (0.0, 0.0)

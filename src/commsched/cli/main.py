@@ -209,11 +209,15 @@ def _strategy_options(f):
 @_strategy_options
 @click.option("--workers", type=int, default=None, help="Worker count (rescales a cluster given by link parameters).")
 @click.option("--algorithm", default=None, help="All-reduce algorithm (ring, tree, double_binary_tree, ...).")
+@click.option(
+    "--runtime", "runtime_spec", default="nccl", show_default=True,
+    help="Execution semantics of the runtime that runs the plan: nccl, gloo, or a semantics JSON (validate writes one).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print {strategies, best} as one JSON document on stdout.")
-@click.option("--out", "out_dir", default=None, help="Directory for plan.json, trace.json, gantt.png (default out/).")
+@click.option("--out", "out_dir", default=None, help="Directory for plan.json, ddp_options.json, trace.json, gantt.png (default out/).")
 def plan(
     profile_paths, models, batch_size, device, image_size, efficiency, cluster_spec, strategies, bucket_mb,
-    horovod_threshold_mb, horovod_cycle_ms, workers, algorithm, as_json, out_dir,
+    horovod_threshold_mb, horovod_cycle_ms, workers, algorithm, runtime_spec, as_json, out_dir,
 ) -> None:
     """Plan one model with every strategy; compare predicted iteration times; write the best plan."""
     from commsched.compare import compare
@@ -228,7 +232,7 @@ def plan(
     (prof,) = profiles.values()
     from commsched.io import dumps
 
-    cmp = compare(prof, cluster, planners)
+    cmp = compare(prof, cluster, planners, _semantics(runtime_spec))
     best = cmp.best
     doc = {"strategies": {k: plan_to_json(r.plan) for k, r in cmp.results.items()}, "best": best} if as_json else None
     text = dumps(doc, "plan --json", indent=2) if as_json else None
@@ -244,7 +248,7 @@ def plan(
     else:
         _print_comparison(cmp)
     if out is not None:
-        click.echo(f"best: {best}; wrote {out}/plan.json, {out}/trace.json, {out}/gantt.png", err=True)
+        click.echo(f"best: {best}; wrote {out}/plan.json, {out}/ddp_options.json, {out}/trace.json, {out}/gantt.png", err=True)
 
 
 def _print_comparison(cmp) -> None:
@@ -257,7 +261,7 @@ def _print_comparison(cmp) -> None:
         # names from files are text, not rich markup: a cluster called "[/x]" must not fail the table
         title=escape(
             f"{p.model} (batch {p.batch_size}, {p.device}, {p.source}) on {c.name}: {c.workers} workers, "
-            f"all-reduce {c.allreduce.to_json()['model']}"
+            f"all-reduce {c.allreduce.to_json()['model']}, runtime {_describe_semantics(cmp.semantics)}"
         ),
         title_justify="left",
     )
@@ -278,6 +282,53 @@ def _print_comparison(cmp) -> None:
     Console(width=max(120, Console().width)).print(t)
 
 
+def _semantics(spec: str):
+    from commsched.io import read_json
+    from commsched.sim.semantics import GLOO, NCCL, semantics_from_json
+
+    if spec in ("nccl", "gloo"):
+        return NCCL if spec == "nccl" else GLOO
+    if spec.endswith(".json") or Path(spec).is_file():
+        doc = read_json(spec)
+        if isinstance(doc, dict) and isinstance(doc.get("semantics"), dict):
+            doc = doc["semantics"]  # a validate.json
+        try:
+            return semantics_from_json(doc, where=spec)
+        except CommschedError as e:
+            raise CommschedError(str(e) if str(e).startswith(spec) else f"{spec}: {e}") from None
+    raise CommschedError(f"--runtime must be nccl, gloo or a semantics JSON file, got {spec!r}")
+
+
+def _describe_semantics(sem) -> str:
+    text = sem.backend if sem.threads == 1 else f"{sem.backend} ({sem.threads} threads, gain {sem.concurrency_gain:g})"
+    if sem.contended:
+        text += (
+            f", compute +{sem.compute_slowdown:.0%} under all-reduce, all-reduce +{sem.comm_slowdown:.0%} under compute"
+            f" + {sem.call_overhead_s * 1e3:.2f} ms per call"
+        )
+    return text
+
+
+def ddp_options_doc(plan) -> dict:
+    """``ddp_options.json``: the stock-DDP keyword arguments that reduce ``plan``'s buckets."""
+    from commsched.ddp_buckets import express
+
+    e = express(plan)
+    return {
+        "schema": "commsched.ddp_options/v1",
+        "strategy": plan.strategy,
+        "model": plan.model,
+        "kwargs": e.kwargs(),
+        "bucket_bytes": list(e.caps),
+        "note": (
+            "DistributedDataParallel(model, **kwargs) reduces exactly these buckets from the step after its "
+            "bucket rebuild (iteration 1 on); iteration 0 lays the same caps over the parameters in definition "
+            "order. Exact for one gradient dtype; commsched.ddp_options(plan, model) checks the model and "
+            "warns where DDP cannot express a plan (mixed dtypes, find_unused_parameters=True)."
+        ),
+    }
+
+
 def _write_plan_outputs(cmp, out: Path) -> None:
     from commsched.io import plan_to_json, write_json
     from commsched.report.plots import check_timelines, gantt_png
@@ -289,6 +340,7 @@ def _write_plan_outputs(cmp, out: Path) -> None:
         shown["ddp"] = cmp.results["ddp"].timeline
     check_timelines(shown)  # what the plot needs, before any file is written
     write_json(out / "plan.json", plan_to_json(cmp.results[best].plan))
+    write_json(out / "ddp_options.json", ddp_options_doc(cmp.results[best].plan))
     ordered = {best: cmp.results[best].timeline} | {k: r.timeline for k, r in cmp.results.items() if k != best}
     write_json(out / "trace.json", chrome_trace(ordered))
     p = cmp.profile

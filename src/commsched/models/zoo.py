@@ -181,6 +181,8 @@ def runs_on(name: str, inputs: tuple[torch.Tensor, ...]) -> Iterator[None]:
     pooling, say) into a CommschedError naming the model and the input shape."""
     try:
         yield
+    except CommschedError:
+        raise  # already says what was wrong (a CommschedError is a ValueError)
     except (RuntimeError, ValueError) as e:
         shape = "x".join(str(d) for d in inputs[0].shape) if inputs else "no input"
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from commsched.cost.models import CostModel
 from commsched.errors import CommschedError
-from commsched.types import ModelProfile
+from commsched.types import MAX_BYTES, ModelProfile
 
 MIB = 1024 * 1024
 
@@ -31,8 +31,8 @@ class DDP:
     def __post_init__(self) -> None:
         for what in ("cap_bytes", "first_bucket_bytes"):
             v = getattr(self, what)
-            if not isinstance(v, int) or v <= 0:
-                raise CommschedError(f"ddp {what} must be a positive number of bytes, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= MAX_BYTES:
+                raise CommschedError(f"ddp {what} must be a whole number of bytes in (0, 2**50], got {v!r}")
 
     def ends(self, profile: ModelProfile, cost: CostModel) -> tuple[int, ...]:
         ends: list[int] = []

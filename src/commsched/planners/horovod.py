@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from commsched.cost.models import CostModel
 from commsched.errors import CommschedError
-from commsched.types import ModelProfile
+from commsched.types import MAX_BYTES, MAX_SECONDS, ModelProfile
 
 MIB = 1024 * 1024
 
@@ -28,10 +28,13 @@ class Horovod:
     name: str = "horovod"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.threshold_bytes, int) or self.threshold_bytes < 0:
-            raise CommschedError(f"horovod threshold_bytes must be >= 0 bytes, got {self.threshold_bytes!r}")
-        if not (isinstance(self.cycle_s, (int, float)) and math.isfinite(self.cycle_s) and self.cycle_s > 0):
-            raise CommschedError(f"horovod cycle_s must be a finite number > 0 of seconds, got {self.cycle_s!r}")
+        t = self.threshold_bytes
+        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t <= MAX_BYTES:
+            raise CommschedError(f"horovod threshold_bytes must be a whole number of bytes in [0, 2**50], got {t!r}")
+        c = self.cycle_s
+        # a cycle below a nanosecond is below any timer loop's resolution (and overflows the cycle count)
+        if isinstance(c, bool) or not (isinstance(c, (int, float)) and math.isfinite(c) and 1e-9 <= c <= MAX_SECONDS):
+            raise CommschedError(f"horovod cycle_s must be a number of seconds in [1e-9, 1e6], got {c!r}")
 
     def ends(self, profile: ModelProfile, cost: CostModel) -> tuple[int, ...]:
         ready = profile.ready_s

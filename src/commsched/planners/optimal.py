@@ -157,8 +157,9 @@ class Optimal:
       such runtimes, by :mod:`commsched.planners.optimal_contended`, to within a factor 1 +
       ``tolerance`` (a proven bound; 0 asks for the exact optimum, which can take far longer).
     - On threads with a concurrency gain (a runtime whose concurrent all-reduces do not just share
-      one link) no exact programme is implemented: the result is the serial optimum, scored under
-      the real semantics, and :meth:`exact_for` says so.
+      one link), or whose concurrent all-reduces slow compute more than one does, no exact programme
+      is implemented: the result is the serial optimum (planned with the one-in-flight compute
+      slowdown), scored under the real semantics, and :meth:`exact_for` says so.
     """
 
     semantics: Semantics = NCCL
@@ -175,7 +176,7 @@ class Optimal:
     def exact_for(self) -> str:
         """How the result relates to the optimum under ``semantics``."""
         if not self.semantics.serial_equivalent:
-            return "not proven: serial optimum (concurrency gain > 0)"
+            return "not proven: the serial optimum (concurrent all-reduces gain, or slow compute more than one)"
         if not self.semantics.contended:
             return "exact"
         return "exact" if self.tolerance == 0 else f"within {self.tolerance:g} of the optimum"
@@ -186,7 +187,7 @@ class Optimal:
         plain, _ = optimal_ends(profile.ready_s, sizes, cost)
         if not sem.contended:
             return plain
-        serial = replace(sem, backend="nccl", threads=1, concurrency_gain=0.0)
+        serial = replace(sem, backend="nccl", threads=1, concurrency_gain=0.0, compute_slowdown_concurrent=None)
         work = [t.backward_s for t in profile.tensors]
         prefix = prefix_bytes(profile)
         # the better of the plain optimum and one bucket bounds the search (it prunes, never decides)

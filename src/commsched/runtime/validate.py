@@ -33,7 +33,6 @@ the fastest strategy (``measured-trace.json``, ``measured-gantt.png``).
 from __future__ import annotations
 
 import copy
-import math
 import random
 import statistics
 import time
@@ -164,7 +163,8 @@ def bench_chains(sizes_bytes: tuple[int, ...], repeats: int) -> CommSamples:
 
 def table_cost(samples: CommSamples) -> Table:
     """The measured per-call times as a ``table`` cost, made non-decreasing in size by pooling
-    adjacent violators (a larger message never costs less; what is left of a dip is noise)."""
+    adjacent violators (a larger message never costs less; what is left of a dip is noise), and
+    flat below the smallest size measured."""
     blocks: list[list[float]] = []  # [sum, count]
     for t in samples.time_s:
         blocks.append([t, 1.0])
@@ -173,7 +173,10 @@ def table_cost(samples: CommSamples) -> Table:
             blocks[-1][0] += s
             blocks[-1][1] += c
     ys = [s / c for s, c in blocks for _ in range(int(c))]
-    return Table(tuple(samples.sizes_bytes), tuple(ys))
+    xs = list(samples.sizes_bytes)
+    if xs[0] > 1:  # below the smallest size measured, the per-call cost of the smallest: flat, never 0
+        xs, ys = [1, *xs], [ys[0], *ys]
+    return Table(tuple(xs), tuple(ys))
 
 
 # --- probes: contention and concurrency -----------------------------------------------------------
@@ -182,9 +185,12 @@ def table_cost(samples: CommSamples) -> Table:
 class _Probe:
     """One :meth:`sample` measures, interleaved so that drift hits them alike (every rank in lockstep):
 
-    - a backward pass alone, and one with a long all-reduce in flight throughout (compute slowdown c;
-      the message is sized from the cost table to outlast the backward pass, capped at 256 MiB, and
-      a sample where it ended first is counted in ``long_message_ended_early``);
+    - a backward pass alone, and one with a long all-reduce launched at its start (compute slowdown
+      c: the message is sized from the cost table to outlast the backward pass, capped at 256 MiB;
+      when it ends first, compute was slowed only until then, which the fit accounts for, and the
+      sample is counted in ``long_message_ended_early``);
+    - with more than one runtime thread, a backward pass with two such all-reduces launched at its
+      start (compute slowdown c2 while both are in flight);
     - for each probe size b: a chain of k all-reduces alone, and the same chain launched at the start
       of a backward pass (k sized so the chain takes about a third of the backward pass);
     - for each gain size: one all-reduce alone and two launched together.
@@ -198,7 +204,8 @@ class _Probe:
         backward = max(_max_over_ranks([statistics.median(self._backward(self._forward()) for _ in range(3))]))
         per_byte = max(cost.time_s(64 * MIB) - cost.time_s(MIB), 1e-12) / (63 * MIB)
         device = _comm_device()
-        self.long_msg = torch.zeros(int(min(max(2.0 * backward / per_byte, MIB), 2**28)) // 4, device=device)
+        self.long_msg = torch.zeros(int(min(max(3.0 * backward / per_byte, MIB), 2**28)) // 4, device=device)
+        self.second_msg = torch.zeros_like(self.long_msg) if runtime_threads() > 1 else None
         self.sizes = tuple(s for s in PROBE_SIZES if s <= max(max_bytes, PROBE_SIZES[0]))
         self.chains = {
             s: [torch.zeros(s // 4, device=device) for _ in range(max(1, min(32, round(backward / 3 / max(cost.time_s(s), 1e-6)))))]
@@ -222,10 +229,28 @@ class _Probe:
         out["backward_s"] = self._backward(loss)
         loss = self._forward()
         dist.barrier()
-        work = dist.all_reduce(self.long_msg, async_op=True)
+        t0 = time.perf_counter()
+        works, stamped, done = _launch_chain([self.long_msg])
         out["backward_under_allreduce_s"] = self._backward(loss)
-        self.ended_early += work.is_completed()
-        work.wait()
+        works[0].wait()
+        stamped.wait()
+        # compute was slowed only while the all-reduce was in flight: until it ended, if it ended first
+        out["overlap_s"] = min(done[0] - t0, out["backward_under_allreduce_s"])
+        self.ended_early += done[0] - t0 < out["backward_under_allreduce_s"]
+        if self.second_msg is not None:  # two at once (gloo's threads): compute's slowdown c2
+            loss = self._forward()
+            dist.barrier()
+            ends: list[float] = []
+            t0 = time.perf_counter()
+            works = [dist.all_reduce(b, async_op=True) for b in (self.long_msg, self.second_msg)]
+            stamped = [w.get_future().then(lambda _f: ends.append(time.perf_counter())) for w in works]
+            under = self._backward(loss)
+            for w, f in zip(works, stamped):
+                w.wait()
+                f.wait()
+            out["backward_under_two_s"] = under
+            out["overlap_two_s"] = min(min(ends) - t0, under)  # both in flight
+            out["overlap_any_s"] = min(max(ends) - t0, under)  # at least one
         for s, bufs in self.chains.items():
             dist.barrier()
             alone = _chain_s(bufs) / len(bufs)
@@ -274,7 +299,7 @@ def contention_of(samples: list[dict], resamples: int = 0, threads: int = 1, see
     """The semantics' measured numbers from :meth:`_Probe.sample` dicts (of any ranks): medians,
     then ratios; the gain's 95% bootstrap interval decides whether it is used (else 0)."""
     med = lambda key, i=None: statistics.median(s[key] if i is None else s[key][i] for s in samples)  # noqa: E731
-    alone_b, under_b = med("backward_s"), med("backward_under_allreduce_s")
+    alone_b, under_b, overlap = med("backward_s"), med("backward_under_allreduce_s"), med("overlap_s")
     chain_keys = sorted((k for k in samples[0] if k.startswith("chain_")), key=lambda k: int(k[6:]))
     per_size = {k[6:]: (med(k, 0), med(k, 1)) for k in chain_keys}
     m, d = fit_call_slowdown([a for a, _ in per_size.values()], [u for _, u in per_size.values()])
@@ -292,11 +317,32 @@ def contention_of(samples: list[dict], resamples: int = 0, threads: int = 1, see
         cut = int(0.025 * (len(boot) - 1))
         lo, hi = boot[cut], boot[len(boot) - 1 - cut]
     used = min(1.0, max(0.0, g)) if (threads > 1 and lo > 0) else 0.0
+    c1 = _compute_slowdown(samples)
+    c2 = _compute_slowdown_two(samples, c1)
+    c2_lo = c2_hi = c2
+    if c2 is not None and resamples and len(samples) > 1:
+        rng = random.Random(seed + 1)
+        diffs = []
+        for _ in range(resamples):
+            pick = [samples[rng.randrange(len(samples))] for _ in samples]
+            d2 = _compute_slowdown_two(pick, _compute_slowdown(pick))
+            diffs.append((d2 or 0.0) - _compute_slowdown(pick))
+        diffs.sort()
+        cut = int(0.025 * (len(diffs) - 1))
+        c2_lo, c2_hi = c1 + diffs[cut], c1 + diffs[len(diffs) - 1 - cut]
+    # like the gain, c2 is used only where it differs from c1 beyond the noise (its interval
+    # excludes c1): otherwise gloo's run is the serial one and ``optimal`` is exact for it
+    c2_used = c2 if (c2 is not None and threads > 1 and not c2_lo <= c1 <= c2_hi) else None
     return {
         "threads": threads,
         "compute_alone_s": alone_b,
         "compute_under_allreduce_s": under_b,
-        "compute_slowdown": max(0.0, under_b / alone_b - 1),
+        # under = alone + c x overlap: compute ran at 1 / (1 + c) while the all-reduce was in flight
+        "compute_slowdown": c1,
+        "compute_slowdown_concurrent_measured": c2,
+        "compute_slowdown_concurrent_ci95": [c2_lo, c2_hi],
+        "compute_slowdown_concurrent": c2_used,
+        "compute_overlap_s": overlap,
         "comm_slowdown": m,
         "call_overhead_s": d,
         "allreduce_per_call_s": {k: {"alone": a, "under_compute": u, "ratio": u / a} for k, (a, u) in per_size.items()},
@@ -305,6 +351,25 @@ def contention_of(samples: list[dict], resamples: int = 0, threads: int = 1, see
         "concurrency_gain": used,
         "samples": len(samples),
     }
+
+
+def _compute_slowdown(samples: list[dict]) -> float:
+    """c from under = alone + c x overlap, on medians."""
+    overlap = statistics.median(s["overlap_s"] for s in samples)
+    under = statistics.median(s["backward_under_allreduce_s"] for s in samples)
+    alone = statistics.median(s["backward_s"] for s in samples)
+    return max(0.0, (under - alone) / overlap) if overlap > 0 else 0.0
+
+
+def _compute_slowdown_two(samples: list[dict], c1: float) -> float | None:
+    """c2 from under2 = alone + c2 x (both in flight) + c1 x (only one in flight), on medians."""
+    if "backward_under_two_s" not in samples[0]:
+        return None
+    med = lambda key: statistics.median(s[key] for s in samples)  # noqa: E731
+    o2, o_any = med("overlap_two_s"), med("overlap_any_s")
+    if o2 <= 0:
+        return None
+    return max(0.0, (med("backward_under_two_s") - med("backward_s") - c1 * max(0.0, o_any - o2)) / o2)
 
 
 def semantics_of(contention: dict, backend: str) -> Semantics:
@@ -316,6 +381,7 @@ def semantics_of(contention: dict, backend: str) -> Semantics:
         contention["compute_slowdown"],
         contention["comm_slowdown"],
         contention["call_overhead_s"],
+        contention["compute_slowdown_concurrent"] if threads > 1 else None,
     )
 
 
@@ -539,7 +605,7 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
     rows = {}
     for name, ends in ends_of.items():
         tl = simulate_run(profile, ends, cluster.allreduce, semantics)
-        plain = simulate_run(profile, ends, cluster.allreduce, Semantics(semantics.backend, semantics.threads, semantics.concurrency_gain)).iteration_s
+        plain = simulate_run(profile, ends, cluster.allreduce, Semantics(semantics.backend, semantics.threads, semantics.concurrency_gain)).iteration_s  # no contention
         med = statistics.median(measured[name])
         before = plans[name].predicted.iteration_s if name in plans else None
         rows[name] = {
@@ -563,7 +629,7 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
                     "allreduce_end_s": tl.iteration_s - profile.optimizer_s,
                     "allreduce_busy_s": tl.comm_s,
                 },
-                "measured": {k: max(t[name][k] for t in timelines) for k in timelines[0][name]},
+                "measured": {k: _max_or_none(t[name][k] for t in timelines) for k in timelines[0][name]},
             },
         }
     stock = rows.pop(STOCK)
@@ -587,6 +653,15 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
         "stock_ddp": {**stock, "speedup_vs_stock_ddp": 1.0},
         "strategies": rows,
         "plans": {name: plan_to_json(plan) for name, plan in plans.items()},
+        # what the predictions were made from, so that they can be made again (another model, say)
+        "raw": {
+            "probes": probes_all,
+            "profile_steps": {
+                "forward_end_s": list(steps_table.forward_end_s),
+                "ready_s": [list(r) for r in steps_table.ready_s],
+                "optimizer_s": list(steps_table.optimizer_s),
+            },
+        },
     }
     if "ddp" in rows:
         # the same buckets, expressed through caps: any difference is this machine's noise
@@ -652,7 +727,7 @@ def _measured_timeline(records: list) -> dict:
     """Medians over a rank's recorded steps: end of backward, end of the last all-reduce, and the
     time all-reduces were in flight (seconds since the start of forward)."""
     if not records:
-        return {"backward_end_s": math.nan, "allreduce_end_s": math.nan, "allreduce_busy_s": math.nan}
+        return {"backward_end_s": None, "allreduce_end_s": None, "allreduce_busy_s": None}
     return {
         "backward_end_s": statistics.median(max(t for t in r.ready_s if t == t) for r in records),
         "allreduce_end_s": statistics.median(max(r.bucket_end_s) for r in records),
@@ -660,10 +735,16 @@ def _measured_timeline(records: list) -> dict:
     }
 
 
+def _max_or_none(values) -> float | None:
+    vs = [v for v in values if v is not None]
+    return max(vs) if vs else None
+
+
 def _describe(sem: Semantics) -> str:
+    two = f" ({sem.compute_slowdown_many:+.0%} under two)" if sem.threads > 1 else ""
     return (
         f"{sem.backend} ({sem.threads} thread{'s' if sem.threads > 1 else ''}, gain {sem.concurrency_gain:.2f}), "
-        f"compute {sem.compute_slowdown:+.0%} under all-reduce, all-reduce {sem.comm_slowdown:+.0%} under compute "
+        f"compute {sem.compute_slowdown:+.0%} under an all-reduce{two}, all-reduce {sem.comm_slowdown:+.0%} under compute "
         f"+ {sem.call_overhead_s * 1e3:.2f} ms per call"
     )
 
@@ -708,6 +789,10 @@ def _write(report: dict, records: list, profile: ModelProfile, plan: Plan, clust
         write_json(out / "measured-trace.json", chrome_trace(timelines))
         gantt_png(timelines, out / "measured-gantt.png", title=f"{report['model']}: measured vs predicted step ({plan.strategy}, stock DDP)")
     write_json(out / "profile.json", profile_to_json(profile))
+    # what a user needs to plan this job again: `commsched plan --profile profile.json --cluster
+    # cluster.json --runtime semantics.json`
+    write_json(out / "cluster.json", cluster.to_json())
+    write_json(out / "semantics.json", semantics.to_json())
     write_json(out / "validate.json", report)
     validation_png(report, out / "validate.png")
 

@@ -4,7 +4,7 @@ Backward compute is sequential as in DESIGN.md; bucket j is launched when its la
 (every earlier bucket is launched by then: ready times only grow). Launched all-reduces wait in a
 FIFO queue for one of the runtime's ``threads`` (1 for NCCL's stream, 2 for gloo's worker threads);
 the n in flight each progress at (1 + gain (n - 1)) / n of their solo speed, and at 1 / (1 + m) of
-that while compute runs; compute runs at 1 / (1 + c) while anything is in flight. A bucket launched
+that while compute runs; compute runs at 1 / (1 + c) while one is in flight, 1 / (1 + c2) while more are. A bucket launched
 while compute still has work to do carries ``call_overhead_s`` more work. With one thread and no
 contention this is :func:`commsched.sim.timeline.simulate`; with one thread and the two factors,
 LIBRA's g(b, r) in its simplest form (the previous contended simulator: a test keeps a frozen
@@ -90,7 +90,7 @@ def last_working(work: Sequence[float]) -> int:
 def _events(forward_s, work, pb, ends, cost: CostModel, sem: Semantics):
     """Bucket execution starts, bucket ends and the end of backward (the module docstring's loop)."""
     n, nb = len(work), len(ends)
-    c, m, d = 1.0 + sem.compute_slowdown, 1.0 + sem.comm_slowdown, sem.call_overhead_s
+    c, c2, m, d = 1.0 + sem.compute_slowdown, 1.0 + sem.compute_slowdown_many, 1.0 + sem.comm_slowdown, sem.call_overhead_s
     threads, gain = sem.threads, sem.concurrency_gain
     busy_to = last_working(work)
     t = forward_s
@@ -107,7 +107,7 @@ def _events(forward_s, work, pb, ends, cost: CostModel, sem: Semantics):
                 starts[q] = t
         computing = i < n
         k = len(running)
-        r_compute = 1.0 / c if k else 1.0
+        r_compute = (1.0 / c if k == 1 else 1.0 / c2) if k else 1.0
         r_job = ((1.0 + gain * (k - 1)) / k) / (m if computing else 1.0) if k else 0.0
         dt_compute = left / r_compute if computing else math.inf
         first = min(running, key=remaining.__getitem__) if k else -1

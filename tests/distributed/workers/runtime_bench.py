@@ -1,4 +1,4 @@
-"""bench_runtime_allreduce on two gloo ranks: every rank prints what it got."""
+"""bench_chains and the runtime's thread count on two gloo ranks: every rank prints what it got."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from commsched.runtime.lifecycle import end_process_group
 
 
 def main() -> None:
-    from commsched.runtime.validate import bench_runtime_allreduce
+    from commsched.runtime.validate import bench_chains, chain_length, runtime_threads
 
     common.init()
-    samples = bench_runtime_allreduce((4096, 4, 64 << 20, 64), steps=3)
-    common.emit(samples.to_json())
+    samples = bench_chains((4096, 4, 64 << 20, 64), repeats=3)
+    common.emit({**samples.to_json(), "threads": runtime_threads(), "chains": [chain_length(s) for s in samples.sizes_bytes]})
     end_process_group(clean=True)
 
 
