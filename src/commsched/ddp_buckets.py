@@ -163,3 +163,25 @@ def _compare(plan: Plan, caps, got, info, why: str) -> Expression:
             kept += best[0]
     total = sum(info[n].bytes for b in plan.buckets for n in b.tensors)
     return Expression(tuple(caps), got, False, total - kept, why)
+
+
+DDP_OPTIONS_SCHEMA = "commsched.ddp_options/v1"
+
+
+def ddp_options_doc(plan: Plan) -> dict:
+    """``ddp_options.json`` (schema ``commsched.ddp_options/v1``): the stock-DDP keyword arguments
+    that reduce ``plan``'s buckets, for one gradient dtype, with the bucket sizes they stand for."""
+    e = express(plan)
+    return {
+        "schema": DDP_OPTIONS_SCHEMA,
+        "strategy": plan.strategy,
+        "model": plan.model,
+        "kwargs": e.kwargs(),
+        "bucket_bytes": list(e.caps),
+        "note": (
+            "DistributedDataParallel(model, **kwargs) reduces exactly these buckets from the step after its "
+            "bucket rebuild (iteration 1 on); iteration 0 lays the same caps over the parameters in definition "
+            "order. Exact for one gradient dtype; commsched.ddp_options(plan, model) checks the model and "
+            "warns where DDP cannot express a plan (mixed dtypes, find_unused_parameters=True)."
+        ),
+    }

@@ -45,6 +45,35 @@ def test_plan_writes_plan_trace_and_gantt(tmp_path):
     assert {e["cat"] for e in complete} >= {"forward", "backward", "allreduce"}
     assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in complete)
     assert (tmp_path / "o" / "gantt.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the stock-DDP keyword arguments for the best plan: one cap per bucket, its bytes in MiB
+    opts = json.loads((tmp_path / "o" / "ddp_options.json").read_text())
+    assert opts["schema"] == "commsched.ddp_options/v1" and opts["strategy"] == "optimal"
+    assert opts["bucket_bytes"] == [b["bytes"] for b in plan["buckets"]]
+    assert [int(c * 2**20) for c in opts["kwargs"]["bucket_cap_mb_list"]] == opts["bucket_bytes"]
+
+
+def test_plan_runtime_semantics(tmp_path):
+    """--runtime: gloo's threads sharing the link end where the serial run ends (no contention);
+    a semantics file with contention makes every plan slower; a bad one is a one-line error."""
+    def best_ms(*extra):
+        r = run("plan", "--profile", PROFILE, "--cluster", CLUSTER, "--json", *extra)
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        return {k: v["predicted"]["iteration_s"] for k, v in doc["strategies"].items()}, doc
+
+    nccl, _ = best_ms()
+    gloo, doc = best_ms("--runtime", "gloo")
+    assert gloo == pytest.approx(nccl, rel=1e-9)
+    assert doc["strategies"]["wfbp"]["params"]["scored_under"]["threads"] == 2
+    sem = tmp_path / "semantics.json"
+    sem.write_text(json.dumps({"backend": "gloo", "threads": 2, "compute_slowdown": 0.5, "comm_slowdown": 0.1, "call_overhead_s": 0.001}))
+    slow, doc = best_ms("--runtime", str(sem))
+    assert all(slow[k] >= nccl[k] * (1 - 1e-12) for k in nccl) and any(slow[k] > nccl[k] for k in nccl)
+    assert doc["strategies"]["optimal"]["params"]["semantics"]["compute_slowdown"] == 0.5
+    sem.write_text(json.dumps({"backend": "gloo", "threads": 0}))
+    for bad in ("mpi", str(sem)):
+        r = run("plan", "--profile", PROFILE, "--cluster", CLUSTER, "--runtime", bad)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
 
 
 def test_profile_then_plan_with_a_cluster_file(tmp_path):

@@ -85,3 +85,23 @@ def test_schemas_carry_the_bounds():
     doc = {"schema": "commsched.cluster/v1", "workers": MAX_WORKERS + 1, "allreduce": {"model": "alpha_beta", "alpha_s": 1e-3, "beta_s_per_byte": 1e-9}}
     assert not cluster.is_valid(doc)
     assert cluster.is_valid({**doc, "workers": MAX_WORKERS})
+
+
+@given(profiles(max_tensors=20), costs, st.sampled_from(sorted(STRATEGIES)))
+def test_ddp_options_documents_validate_and_round_trip_to_bytes(profile, cost, name):
+    from commsched.ddp_buckets import MIB, ddp_options_doc
+
+    plan = make_plan(STRATEGIES[name], profile, cost)
+    doc = json.loads(json.dumps(ddp_options_doc(plan)))
+    validator("ddp_options.v1.json").validate(doc)
+    assert [int(c * MIB) for c in doc["kwargs"]["bucket_cap_mb_list"]] == doc["bucket_bytes"] == [b.bytes for b in plan.buckets]
+
+
+def test_semantics_validate():
+    from commsched.sim.semantics import GLOO, NCCL, Semantics
+
+    v = validator("semantics.v1.json")
+    for s in (NCCL, GLOO, Semantics("gloo", 2, 0.1, 0.4, 0.1, 1e-3, 0.5)):
+        v.validate(s.to_json())
+    with pytest.raises(jsonschema.ValidationError):
+        v.validate({"backend": "mpi"})

@@ -94,3 +94,15 @@ def test_fit_call_slowdown_recovers_m_and_d():
     assert abs(m - 0.2) < 1e-9 and abs(d - 0.001) < 1e-12
     # faster under compute is noise, not a model: clipped at 0
     assert fit_call_slowdown([0.01], [0.005]) == (0.0, 0.0)
+
+
+def test_paired_speedup_takes_out_drift_between_rounds():
+    from commsched.runtime.validate import paired_speedup
+
+    # the machine halves its speed every other round; the variant is 10% faster in every round
+    stock = [1.0, 1.0, 2.0, 2.0] * 5
+    variant = [t / 1.1 for t in stock]
+    r = paired_speedup(stock, variant, steps=2, resamples=100)
+    assert r["speedup_vs_stock_ddp"] == pytest.approx(1.1) and r["speedup_ci95"] == pytest.approx([1.1, 1.1])
+    # the same run against itself: exactly 1
+    assert paired_speedup(stock, stock, 2, 50)["speedup_vs_stock_ddp"] == 1.0

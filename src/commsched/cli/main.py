@@ -309,27 +309,8 @@ def _describe_semantics(sem) -> str:
     return text
 
 
-def ddp_options_doc(plan) -> dict:
-    """``ddp_options.json``: the stock-DDP keyword arguments that reduce ``plan``'s buckets."""
-    from commsched.ddp_buckets import express
-
-    e = express(plan)
-    return {
-        "schema": "commsched.ddp_options/v1",
-        "strategy": plan.strategy,
-        "model": plan.model,
-        "kwargs": e.kwargs(),
-        "bucket_bytes": list(e.caps),
-        "note": (
-            "DistributedDataParallel(model, **kwargs) reduces exactly these buckets from the step after its "
-            "bucket rebuild (iteration 1 on); iteration 0 lays the same caps over the parameters in definition "
-            "order. Exact for one gradient dtype; commsched.ddp_options(plan, model) checks the model and "
-            "warns where DDP cannot express a plan (mixed dtypes, find_unused_parameters=True)."
-        ),
-    }
-
-
 def _write_plan_outputs(cmp, out: Path) -> None:
+    from commsched.ddp_buckets import ddp_options_doc
     from commsched.io import plan_to_json, write_json
     from commsched.report.plots import check_timelines, gantt_png
     from commsched.report.trace import chrome_trace
@@ -340,7 +321,7 @@ def _write_plan_outputs(cmp, out: Path) -> None:
         shown["ddp"] = cmp.results["ddp"].timeline
     check_timelines(shown)  # what the plot needs, before any file is written
     write_json(out / "plan.json", plan_to_json(cmp.results[best].plan))
-    write_json(out / "ddp_options.json", ddp_options_doc(cmp.results[best].plan))
+    write_json(out / "ddp_options.json", ddp_options_doc(cmp.results[best].plan))  # commsched.ddp_options/v1
     ordered = {best: cmp.results[best].timeline} | {k: r.timeline for k, r in cmp.results.items() if k != best}
     write_json(out / "trace.json", chrome_trace(ordered))
     p = cmp.profile
