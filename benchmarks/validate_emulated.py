@@ -84,9 +84,10 @@ def main() -> None:
             f"{model}: optimal by stock DDP {opt['measured_s'] * 1e3:.1f} ms vs stock DDP's defaults "
             f"{rep['stock_ddp']['measured_s'] * 1e3:.1f} ms: speedup {opt['speedup_vs_stock_ddp']:.3f}x "
             f"[{opt['speedup_ci95'][0]:.3f}, {opt['speedup_ci95'][1]:.3f}] ({opt['buckets']} buckets vs {rep['stock_ddp']['buckets']}); "
-            f"ddp caps vs defaults {rep['ddp_caps_vs_stock_ddp']:+.1%}; semantics: gain {sem['concurrency_gain']:.2f}, "
-            f"compute +{sem['compute_slowdown']:.0%} (two: {sem['compute_slowdown_concurrent']}), all-reduce "
-            f"+{sem['comm_slowdown']:.0%} + {sem['call_overhead_s'] * 1e3:.2f} ms/call"
+            f"ddp caps vs defaults {rep['ddp_caps_vs_stock_ddp']:+.1%}; semantics: gain {sem['concurrency_gain']:.2f} "
+            f"(measured {rep['contention']['concurrency_gain_measured']:+.2f}), compute +{sem['compute_slowdown']:.0%} "
+            f"(two: {rep['contention']['compute_slowdown_concurrent_measured']}, used: {sem['compute_slowdown_concurrent']}), "
+            f"under compute: {', '.join(f'{b}B x{f:.2f}' for b, f in sem['under_compute'])}"
         )
 
 

@@ -22,13 +22,16 @@ So a plan bucket of B bytes gets the cap B: its tensors before the last sum to l
 tensor has at least one byte) and with the last they reach B. MiB values are ``B / 2**20``, exact in
 binary floating point for every B below 2**53, so ``int(c * 2**20) == B`` again.
 
-A plan is *not* expressible when one of its buckets mixes dtypes (DDP never does), or, with
+With several dtypes each dtype's buckets consume the caps on their own, so bucket k of every dtype
+shares cap k (:func:`caps_for` intersects what each needs). A plan is *not* expressible when one of
+its buckets mixes dtypes (DDP never does), when those intersections are empty, or, with
 ``find_unused_parameters=True``, when its buckets are not contiguous runs of the parameters in
-reverse definition order; :func:`assign` says what DDP will do instead, and :func:`express` by how much.
+definition order; :func:`assign` says what DDP will do instead, and :func:`express` by how much.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -62,15 +65,19 @@ def cap_mb_list(caps: Sequence[int]) -> list[float]:
     return out
 
 
-def assign(tensors: Sequence[TensorInfo], caps: Sequence[int]) -> tuple[tuple[str, ...], ...]:
+def assign(tensors: Sequence[TensorInfo], caps: Sequence[int], by_first_index: bool = False) -> tuple[tuple[str, ...], ...]:
     """DDP's bucket assignment of ``tensors`` (in the order given) under per-bucket ``caps`` (bytes).
 
-    Buckets come out in the order they are closed; those still open at the end (one per dtype at
-    most) follow in the order their dtype first appeared. Torch emits that tail from a hash map, in
-    an order it does not specify: with one dtype there is one such bucket and the order is exact.
+    Buckets come out in the order they are closed, as the rebuild (which passes the ready order)
+    gets them; those still open at the end (one per dtype at most) follow in the order their dtype
+    first appeared: torch emits that tail from a hash map, in an order it does not specify, so with
+    one dtype there is one such bucket and the order is exact. ``by_first_index`` sorts the buckets
+    by the position of their first tensor instead, as torch does when it is given no order (the
+    iteration-0 assignment over the definition order).
     """
     if not caps:
         raise CommschedError("DDP bucket caps must not be empty")
+    position = {t.name: i for i, t in enumerate(tensors)}
     open_: dict[str, tuple[list[str], int, int]] = {}  # dtype -> (names, bytes, index of its cap)
     out: list[tuple[str, ...]] = []
     for t in tensors:
@@ -83,6 +90,8 @@ def assign(tensors: Sequence[TensorInfo], caps: Sequence[int]) -> tuple[tuple[st
         else:
             open_[t.dtype] = (names, size, k)
     out += [tuple(names) for names, _, _ in open_.values() if names]
+    if by_first_index:
+        out.sort(key=lambda b: position[b[0]])
     return tuple(out)
 
 
@@ -92,9 +101,9 @@ class Expression:
 
     ``caps`` are the ``bucket_cap_mb_list`` caps in bytes; ``buckets`` what DDP reduces with them
     after its rebuild (or for good, with ``find_unused_parameters=True``), in launch order;
-    ``exact`` whether that is the plan; otherwise ``moved_bytes`` is the gradient bytes that land in
-    a bucket other than the plan's (the smallest number of bytes to move from bucket to bucket to
-    turn DDP's layout into the plan's, counting a tensor once) and ``reason`` says why.
+    ``exact`` whether that is the plan; otherwise ``moved_bytes`` counts the gradient bytes outside
+    the plan bucket each of DDP's buckets overlaps most (each plan bucket matched once, greedily by
+    size: an upper bound on the bytes that would have to move) and ``reason`` says why.
     """
 
     caps: tuple[int, ...]
@@ -107,43 +116,86 @@ class Expression:
         return {"bucket_cap_mb_list": cap_mb_list(self.caps)}
 
 
+def caps_for(buckets: Sequence[Sequence[TensorInfo]]) -> tuple[tuple[int, ...], str]:
+    """Caps under which DDP's assignment (each dtype consuming the caps on its own) closes every
+    bucket of ``buckets`` (in walk order, each of one dtype) at its last tensor, and a reason when
+    none exist.
+
+    Bucket k of each dtype needs cap k in (its bytes before its last tensor, its bytes]; for a
+    dtype's last bucket the upper end may be open (a bucket still open at the end is closed there).
+    The caps are intersections over dtypes; a bucket that mixes dtypes, or an empty intersection,
+    cannot be expressed (the caps then follow the first dtype's buckets and ``reason`` says why).
+    """
+    per_dtype: dict[str, list[tuple[int, int]]] = {}  # dtype -> [(bytes before last, bytes)]
+    reason = ""
+    for b in buckets:
+        dtypes = {t.dtype for t in b}
+        if len(dtypes) > 1:
+            reason = reason or f"a bucket mixes dtypes ({', '.join(sorted(dtypes))}); DDP buckets each dtype apart"
+        total = sum(t.bytes for t in b)
+        per_dtype.setdefault(b[-1].dtype, []).append((total - b[-1].bytes, total))
+    width = max(len(v) for v in per_dtype.values())
+    caps = []
+    for k in range(width):
+        lo, hi = 0, math.inf
+        for bs in per_dtype.values():
+            if k < len(bs):
+                before, total = bs[k]
+                lo = max(lo, before)
+                hi = min(hi, total if k < len(bs) - 1 else math.inf)
+        closing = [bs[k][1] for bs in per_dtype.values() if k < len(bs)]
+        # close last buckets too where the interval allows (their order at the end is unspecified)
+        pick = min([c for c in closing if lo < c <= hi], default=None)
+        if pick is None:
+            if hi == math.inf:
+                pick = lo + 1
+            else:
+                reason = reason or f"the dtypes' bucket {k} sizes need a cap in ({lo}, {hi}] that no whole byte count meets"
+                pick = max(lo + 1, min(closing))
+        caps.append(int(pick))
+    return tuple(caps), reason
+
+
 def express(plan: Plan, tensors: Sequence[TensorInfo] | None = None, definition_order: Sequence[str] | None = None) -> Expression:
     """The caps for ``plan`` and what DDP does with them.
 
     ``tensors`` (the model's gradient tensors, any order) give per-tensor bytes and dtypes; without
-    them one dtype is assumed and the plan is exact by construction. ``definition_order`` (the
-    trainable parameters' names in ``module.parameters()`` order) asks for the layout DDP keeps with
-    ``find_unused_parameters=True``: the assignment over that order reversed, caps taken in that
-    order; the caps are then the plan's bucket sizes as they appear along it.
+    them one dtype is assumed and the plan is exact by construction (caps = bucket sizes). With
+    several dtypes each dtype's buckets consume the caps on their own (:func:`caps_for`).
+    ``definition_order`` (the trainable parameters' names in ``module.parameters()`` order) asks for
+    the layout DDP keeps with ``find_unused_parameters=True``: the assignment over the definition
+    order, buckets reversed; the caps are then taken along the definition order.
     """
-    order = plan.tensor_order
     if tensors is None:
         if definition_order is not None:
             raise CommschedError("express() needs the tensors' sizes to follow the definition order")
-        caps = caps_bytes(plan)
-        return Expression(caps, tuple(b.tensors for b in plan.buckets), True, 0)
+        return Expression(caps_bytes(plan), tuple(b.tensors for b in plan.buckets), True, 0)
     info = {t.name: t for t in tensors}
-    missing = [n for n in order if n not in info]
+    missing = [n for n in plan.tensor_order if n not in info]
     if missing:
         raise CommschedError(f"plan {plan.strategy!r} names tensor {missing[0]!r}, which the model has no trainable parameter for")
     if definition_order is None:
-        walk = [info[n] for n in order]
-        caps = caps_bytes(plan)
-    else:
-        walk = [info[n] for n in reversed(definition_order) if n in info]
-        bucket_of = {n: j for j, b in enumerate(plan.buckets) for n in b.tensors}
-        # caps in the order buckets close along the walk (DDP walks definition order and reverses
-        # the result, which closes buckets at the same points as walking the reverse here when each
-        # plan bucket is a contiguous run; when it is not, the layout differs and ``exact`` says so)
-        seen: list[int] = []
-        for t in walk:
-            if t.name in bucket_of and (not seen or seen[-1] != bucket_of[t.name]):
-                seen.append(bucket_of[t.name])
-        caps = tuple(plan.buckets[j].bytes for j in reversed(seen))
-        realised = assign([info[n] for n in definition_order if n in info], caps)
-        got = tuple(tuple(reversed(b)) for b in reversed(realised))
-        return _compare(plan, caps, got, info, "find_unused_parameters=True keeps DDP's first buckets (reverse definition order)")
-    return _compare(plan, caps, assign(walk, caps), info, "a bucket mixes dtypes; DDP buckets each dtype apart")
+        caps, reason = caps_for([[info[n] for n in b.tensors] for b in plan.buckets])
+        got = assign([info[n] for n in plan.tensor_order], caps)
+        return _compare(plan, caps, got, info, reason or "DDP's assignment differs")
+    # along the definition order: the plan's buckets as runs of it, in that order
+    walk = [n for n in definition_order if n in info]
+    bucket_of = {n: j for j, b in enumerate(plan.buckets) for n in b.tensors}
+    runs: list[list[TensorInfo]] = []
+    last = None
+    for n in walk:
+        if n in bucket_of and bucket_of[n] == last:
+            runs[-1].append(info[n])
+        else:
+            runs.append([info[n]])
+            last = bucket_of.get(n)
+    caps, reason = caps_for(runs)
+    realised = assign([info[n] for n in walk], caps, by_first_index=True)
+    got = tuple(tuple(reversed(b)) for b in reversed(realised))
+    return _compare(
+        plan, caps, got, info,
+        reason or "with find_unused_parameters=True DDP keeps its first buckets (runs of the definition order, reversed)",
+    )
 
 
 def _compare(plan: Plan, caps, got, info, why: str) -> Expression:
@@ -151,7 +203,8 @@ def _compare(plan: Plan, caps, got, info, why: str) -> Expression:
     exact = len(got) == len(want) and all(set(g) == w for g, w in zip(got, want))
     if exact:
         return Expression(tuple(caps), got, True, 0)
-    # bytes outside the best-matching plan bucket of each realised bucket (each plan bucket used once)
+    if sorted(map(sorted, got)) == sorted(map(sorted, want)):
+        return Expression(tuple(caps), got, False, 0, "the plan's buckets, launched in another order (each dtype's as they close)")
     kept, used = 0, set()
     for g in sorted(got, key=lambda g: -sum(info[n].bytes for n in g)):
         best = max(

@@ -53,10 +53,13 @@ def test_frozen_parameters_are_left_out_and_match_ddp():
 
 def test_unused_parameters_match_ddp_with_find_unused():
     docs = _check("unused", 1e-6)
-    # with find_unused_parameters DDP keeps its first buckets (definition order, never rebuilt):
-    # Net's layers run in reverse definition order, so most plans are still expressed exactly
-    exact = [r["exact"] for r in docs[0]["results"].values()]
-    assert sum(exact) >= len(exact) // 2, exact
+    # with find_unused_parameters DDP keeps its first buckets (runs of the definition order, never
+    # rebuilt); these plans come from the ready order, in which Net's extra branch (defined last,
+    # first in reverse definition order) is ready with fc2: so some plans are exact and some are not,
+    # and every one is reduced as promised (checked in _check). plan_for lays a profile out in DDP's
+    # order for find_unused_parameters (test_the_two_line_api[unused]): exact there.
+    exact = {name: r["exact"] for name, r in docs[0]["results"].items()}
+    assert exact["synceasgd"] and not all(exact.values()), exact
 
 
 @pytest.mark.parametrize("mode", ["bf16", "fp16"])
@@ -74,9 +77,12 @@ def test_the_two_line_api(tmp_path, mode):
     for d in docs:
         assert d["in_plan"] == d["params"]  # every trainable parameter, the unused one included
         assert d["max_rel_diff"] <= 1e-6, d
+        if mode != "ddp_options":  # DataParallel reduces exactly the plan's buckets, find_unused or not
+            assert d["exact"] is True, d
 
 
 def test_plan_for_names_an_unused_parameter_without_find_unused(tmp_path):
     docs = results(run_workers("two_lines.py", [str(tmp_path / "plan.json"), "unused_refused"]))
     for d in docs:
         assert "never.weight" in d["error"] and "find_unused_parameters=True" in d["error"], d
+        assert d["error"].startswith(f"rank {d['rank']}: plan_for failed on rank 0"), d

@@ -36,8 +36,12 @@ def test_validate_end_to_end(tmp_path):
     # the semantics of the runtime that ran the plans: gloo's worker threads, measured contention
     sem = doc["semantics"]
     assert sem["backend"] == "gloo" and sem["threads"] == doc["contention"]["threads"] == 2
-    assert 0 <= sem["concurrency_gain"] <= 1 and sem["call_overhead_s"] >= 0
-    assert set(doc["contention"]["allreduce_per_call_s"]) <= {"16384", "1048576", "8388608"}
+    assert 0 <= sem["concurrency_gain"] <= 1 and sem["comm_slowdown"] == sem["call_overhead_s"] == 0
+    sizes = [b for b, _ in sem["under_compute"]]
+    assert sizes == sorted(sizes) and set(map(str, sizes)) == set(doc["contention"]["allreduce_per_call_s"])
+    assert set(sizes) <= {16384, 131072, 1048576, 8388608} and all(f > 0 for _, f in sem["under_compute"])
+    # the semantics file written beside it plans this job again
+    assert json.loads((out / "semantics.json").read_text()) == sem
     # predictions come from the profile steps and probes inside the rounds (one probe per round on
     # each rank), plans from those measured before them (4 probes on each rank)
     assert doc["contention"]["samples"] == 2 * 2 and doc["contention_before_run"]["samples"] == 2 * 4
@@ -52,7 +56,7 @@ def test_validate_end_to_end(tmp_path):
     # predictions use the per-call times of all-reduces launched back to back, as a table
     assert doc["comm_samples"]["statistic"] == "mean" and doc["comm_samples"]["sizes_bytes"][-1] >= doc["profile"]["bytes"]
     assert doc["cluster"]["allreduce"]["model"] == "table" and "back to back" in doc["cluster"]["source"]
-    assert doc["contention"]["compute_slowdown"] >= 0 and doc["contention"]["comm_slowdown"] >= 0
+    assert doc["contention"]["compute_slowdown"] >= 0 and doc["contention"]["under_compute"] == sem["under_compute"]
     assert "ddp_caps_vs_stock_ddp" in doc
     # every variant's timeline was recorded from stock DDP steps
     for row in doc["strategies"].values():
@@ -78,7 +82,7 @@ def test_chains_time_all_reduces_per_call_as_ddp_launches_them():
     assert docs[0] == docs[1]  # the ranks combine their numbers, so all hold the same
     d = docs[0]
     assert d["statistic"] == "mean" and d["backend"] == "gloo" and d["world_size"] == 2
-    assert d["threads"] == 2  # ProcessGroupGloo's default worker threads, read from the group
+    assert d["threads"] == 2 and not d["fallback"]  # ProcessGroupGloo's default threads, read from the group
     assert d["sizes_bytes"] == [4, 64, 4096, 64 << 20] and d["chains"] == [8, 8, 8, 1]
     assert all(0 <= lo <= t <= hi and t > 0 for lo, t, hi in zip(d["min_s"], d["time_s"], d["max_s"])), d
     # 64 MiB takes longer than 4 B, even when 4 B waits for a scheduler tick (up to ~8 ms here)

@@ -23,16 +23,21 @@ from tests.conftest import costs, profiles, table_costs
 slowdowns = st.one_of(st.just(0.0), st.floats(0.0, 3.0))
 overheads = st.one_of(st.just(0.0), st.floats(0.0, 0.02))
 backends = st.sampled_from([("nccl", 1), ("gloo", 2), ("gloo", 3)])
+# per-size factors of all-reduces launched under compute, some below 1 (as measured for small ones)
+factor_tables = st.one_of(
+    st.just(()),
+    st.lists(st.floats(0.3, 2.0), min_size=1, max_size=4).map(lambda fs: tuple((4 ** (3 + 3 * i), f) for i, f in enumerate(fs))),
+)
 
 
-def sem(cs: float, ms: float, d: float = 0.0, backend=("nccl", 1)) -> Semantics:
-    return Semantics(backend[0], backend[1], 0.0, cs, ms, d)
+def sem(cs: float, ms: float, d: float = 0.0, backend=("nccl", 1), table=()) -> Semantics:
+    return Semantics(backend[0], backend[1], 0.0, cs, ms, d, None, table)
 
 
-def brute_force(profile, cost, cs, ms, d=0.0, backend=("nccl", 1)) -> float:
+def brute_force(profile, cost, cs, ms, d=0.0, backend=("nccl", 1), table=()) -> float:
     n = len(profile.tensors)
     best = float("inf")
-    s = sem(cs, ms, d, backend)
+    s = sem(cs, ms, d, backend, table)
     for cuts in itertools.product((False, True), repeat=n - 1):
         ends = tuple(k for k, cut in zip(range(1, n), cuts) if cut) + (n,)
         best = min(best, simulate_run(profile, ends, cost, s).iteration_s)
@@ -43,12 +48,12 @@ def rel_close(a: float, b: float) -> bool:
     return abs(a - b) <= 1e-9 * max(abs(a), abs(b))
 
 
-@given(profiles(max_tensors=10), costs, slowdowns, slowdowns, overheads, backends)
-def test_exact_with_tolerance_zero(profile, cost, cs, ms, d, backend):
-    s = sem(cs, ms, d, backend)
+@given(profiles(max_tensors=10), costs, slowdowns, slowdowns, overheads, backends, factor_tables)
+def test_exact_with_tolerance_zero(profile, cost, cs, ms, d, backend, table):
+    s = sem(cs, ms, d, backend, table)
     ends = Optimal(s, tolerance=0.0).ends(profile, cost)
     got = simulate_run(profile, ends, cost, s).iteration_s
-    assert rel_close(got, brute_force(profile, cost, cs, ms, d, backend))
+    assert rel_close(got, brute_force(profile, cost, cs, ms, d, backend, table))
 
 
 @given(profiles(max_tensors=10), costs, backends)
@@ -58,11 +63,11 @@ def test_exact_without_contention_on_every_backend(profile, cost, backend):
     assert rel_close(got, brute_force(profile, cost, 0.0, 0.0, 0.0, backend))
 
 
-@given(profiles(max_tensors=10), costs, slowdowns, slowdowns, overheads, st.sampled_from([0.01, 0.2]))
-def test_within_the_tolerance_of_brute_force(profile, cost, cs, ms, d, tolerance):
-    ends = Optimal(sem(cs, ms, d), tolerance=tolerance).ends(profile, cost)
-    got = simulate_run(profile, ends, cost, sem(cs, ms, d)).iteration_s
-    assert got <= brute_force(profile, cost, cs, ms, d) * (1 + tolerance) * (1 + 1e-9)
+@given(profiles(max_tensors=10), costs, slowdowns, slowdowns, overheads, st.sampled_from([0.01, 0.2]), factor_tables)
+def test_within_the_tolerance_of_brute_force(profile, cost, cs, ms, d, tolerance, table):
+    ends = Optimal(sem(cs, ms, d, table=table), tolerance=tolerance).ends(profile, cost)
+    got = simulate_run(profile, ends, cost, sem(cs, ms, d, table=table)).iteration_s
+    assert got <= brute_force(profile, cost, cs, ms, d, table=table) * (1 + tolerance) * (1 + 1e-9)
 
 
 @settings(max_examples=500)

@@ -4,6 +4,7 @@ does; more threads with gain never make the last all-reduce later than sharing d
 
 from __future__ import annotations
 
+import json
 import math
 from collections import deque
 
@@ -84,11 +85,17 @@ def test_nccl_is_the_previous_contended_simulator(profile, cost, name, cs, ms):
         assert close(span.start_s, s0) and close(span.end_s, f0)
 
 
-@given(profiles(max_tensors=30), costs, st.sampled_from(sorted(STRATEGIES)), factors, factors, overheads, st.integers(2, 4))
-def test_gloo_threads_sharing_the_link_end_when_the_serial_run_ends(profile, cost, name, cs, ms, d, threads):
+under_tables = st.one_of(
+    st.just(()),
+    st.lists(st.floats(0.3, 2.0), min_size=1, max_size=4).map(lambda fs: tuple((4 ** (3 + 3 * i), f) for i, f in enumerate(fs))),
+)
+
+
+@given(profiles(max_tensors=30), costs, st.sampled_from(sorted(STRATEGIES)), factors, factors, overheads, st.integers(2, 4), under_tables)
+def test_gloo_threads_sharing_the_link_end_when_the_serial_run_ends(profile, cost, name, cs, ms, d, threads, table):
     ends = STRATEGIES[name].ends(profile, cost)
-    serial = simulate_run(profile, ends, cost, Semantics(compute_slowdown=cs, comm_slowdown=ms, call_overhead_s=d))
-    gloo = simulate_run(profile, ends, cost, Semantics("gloo", threads, 0.0, cs, ms, d))
+    serial = simulate_run(profile, ends, cost, Semantics(compute_slowdown=cs, comm_slowdown=ms, call_overhead_s=d, under_compute=table))
+    gloo = simulate_run(profile, ends, cost, Semantics("gloo", threads, 0.0, cs, ms, d, None, table))
     assert close(gloo.iteration_s, serial.iteration_s, 1e-7) and close(gloo.compute_s, serial.compute_s, 1e-7)
 
 
@@ -155,6 +162,10 @@ def test_call_overhead_applies_to_buckets_launched_while_compute_has_work_left()
         {"compute_slowdown": -0.1},
         {"comm_slowdown": float("nan")},
         {"call_overhead_s": float("inf")},
+        {"under_compute": ((16, 0.5), (8, 1.0))},
+        {"under_compute": ((16, 0.0),)},
+        {"under_compute": ((16,),)},
+        {"under_compute": 3},
     ],
 )
 def test_bad_semantics_are_errors(bad):
@@ -162,9 +173,22 @@ def test_bad_semantics_are_errors(bad):
         Semantics(**bad)
 
 
+def test_hand_worked_factor_under_compute():
+    # a (1 s of backward) then b (1 s): bucket a (1000 B) is launched under compute and costs
+    # factor(1000) x 0.5 s; with points (10 B, 0.5) and (10**5 B, 1.5), log-linear: factor 1.0 at 1000 B
+    p = ModelProfile("m", 1, "d", "estimated", 1.0, (TensorSpec("a", 1000, 1.0), TensorSpec("b", 1000, 1.0)))
+    sem = Semantics(under_compute=((10, 0.5), (10**5, 1.5)))
+    assert sem.factor_under_compute(1000) == pytest.approx(1.0)
+    assert sem.factor_under_compute(1) == 0.5 and sem.factor_under_compute(10**9) == 1.5  # flat beyond
+    sem = Semantics(under_compute=((10, 0.5), (1000, 0.5)))
+    tl = simulate_run(p, (1, 2), AlphaBeta(0.5, 0.0), sem)
+    # a: 0.25 s of work from 2.0; b launched after compute ends: full 0.5 s
+    assert [(s.start_s, s.end_s) for s in tl.allreduces] == [(2.0, 2.25), (3.0, 3.5)]
+
+
 def test_semantics_json_round_trip_and_errors():
-    s = Semantics("gloo", 2, 0.1, 0.5, 0.05, 0.002)
-    assert semantics_from_json(s.to_json()) == s
+    s = Semantics("gloo", 2, 0.1, 0.5, 0.05, 0.002, 0.6, ((16384, 0.7), (1 << 20, 1.2)))
+    assert semantics_from_json(json.loads(json.dumps(s.to_json()))) == s
     with pytest.raises(CommschedError, match="unknown field"):
         semantics_from_json({"threads": 1, "speed": 2})
     with pytest.raises(CommschedError):

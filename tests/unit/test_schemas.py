@@ -101,7 +101,7 @@ def test_semantics_validate():
     from commsched.sim.semantics import GLOO, NCCL, Semantics
 
     v = validator("semantics.v1.json")
-    for s in (NCCL, GLOO, Semantics("gloo", 2, 0.1, 0.4, 0.1, 1e-3, 0.5)):
+    for s in (NCCL, GLOO, Semantics("gloo", 2, 0.1, 0.4, 0.1, 1e-3, 0.5, ((16384, 0.7), (1 << 20, 1.2)))):
         v.validate(s.to_json())
     with pytest.raises(jsonschema.ValidationError):
         v.validate({"backend": "mpi"})

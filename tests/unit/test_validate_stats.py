@@ -27,8 +27,8 @@ def test_contention_factors_from_probe_medians():
     samples = [probe(1.0, 1.5, 1.0), probe(1.0, 1.4, 1.0), probe(3.0, 1.6, 0.5)]
     c = contention_of(samples)
     assert c["compute_slowdown"] == pytest.approx((1.5 - 1.0) / 1.0) and c["samples"] == 3
-    # one probe size: the per-call slowdown is the ratio, no per-call overhead to fit
-    assert c["comm_slowdown"] == pytest.approx(0.2) and c["call_overhead_s"] == 0.0
+    # the per-size factor under compute: the ratio of medians per probe size
+    assert c["under_compute"] == [[16384, pytest.approx(1.2)]]
     # two at once taking twice as long as one: no gain
     assert c["concurrency_gain_measured"] == pytest.approx(0.0) and c["concurrency_gain"] == 0.0
     assert c["compute_slowdown_concurrent"] is None
@@ -85,15 +85,29 @@ def test_table_cost_is_non_decreasing_and_flat_below_the_smallest_size():
     assert t.time_s(1) == t.time_s(2) == 2e-3
 
 
-def test_fit_call_slowdown_recovers_m_and_d():
-    from commsched.runtime.validate import fit_call_slowdown
+def test_semantics_carry_the_per_size_factors_and_the_decisions():
+    from commsched.runtime.validate import semantics_of
 
-    alone = [0.002, 0.004, 0.03]
-    under = [(1 + 0.2) * (a + 0.001) for a in alone]
-    m, d = fit_call_slowdown(alone, under)
-    assert abs(m - 0.2) < 1e-9 and abs(d - 0.001) < 1e-12
-    # faster under compute is noise, not a model: clipped at 0
-    assert fit_call_slowdown([0.01], [0.005]) == (0.0, 0.0)
+    samples = [probe(chain=(0.002, 0.0015)), probe(chain=(0.002, 0.0014)), probe(chain=(0.002, 0.0016))]
+    samples = [{**s, "chain_1048576": (0.004, 0.0048)} for s in samples]
+    sem = semantics_of(contention_of(samples, threads=2), "gloo")
+    assert sem.threads == 2 and sem.comm_slowdown == 0.0 and sem.call_overhead_s == 0.0
+    assert sem.under_compute == ((16384, pytest.approx(0.75)), (1048576, pytest.approx(1.2)))
+
+
+def test_bootstrap_keeps_the_point_estimates_decisions():
+    """A gain the full sample rejects (its interval holds 0) is not used in any resample either, so
+    the error's interval is an interval of the estimator that made the prediction."""
+    order = ModelProfile("m", 1, "cpu", "measured", 0.1, (TensorSpec("a", 400, 0.01), TensorSpec("b", 400, 0.01)))
+    steps = ProfileSteps(order, (0.1,) * 3, ((0.11, 0.12),) * 3, (0.0,) * 3)
+    noisy = [probe(pair=(0.01, t)) for t in (0.012, 0.025, 0.02, 0.03, 0.011, 0.04)]  # gain anywhere in [-0.6, +0.8]
+    decided = contention_of(noisy, 200, threads=2)
+    assert decided["concurrency_gain"] == 0.0
+    cluster = ClusterSpec("c", 2, AlphaBeta(0.05, 1e-6))
+    ends = {"wfbp": (1, 2)}
+    lo, hi = error_intervals(steps, noisy, ends, cluster, {"wfbp": [0.3, 0.3]}, resamples=200, backend="gloo", threads=2)["wfbp"]
+    point = contention_of(noisy, 0, threads=2, decided=decided)
+    assert point["concurrency_gain"] == 0.0 and lo == pytest.approx(hi)  # no resample brought a gain in
 
 
 def test_paired_speedup_takes_out_drift_between_rounds():

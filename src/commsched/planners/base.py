@@ -34,6 +34,10 @@ def plan_and_timeline(
     ends = planner.ends(profile, cost)
     timeline = simulate_run(profile, ends, cost, semantics)
     params = {k: v for k, v in asdict(planner).items() if k != "name"}  # type: ignore[call-overload]
+    if isinstance(getattr(planner, "semantics", None), Semantics):
+        params["semantics"] = planner.semantics.to_json()  # type: ignore[attr-defined]
+    if hasattr(planner, "exact_for"):
+        params["optimality"] = planner.exact_for()  # type: ignore[attr-defined]
     if semantics != NCCL:
         params["scored_under"] = semantics.to_json()
     plan = Plan(

@@ -58,13 +58,17 @@ def contended_optimal_ends(
     upper_bound_s: float = float("inf"),
     tolerance: float = 0.0,
     call_overhead_s: float = 0.0,
+    under_compute=None,
+    min_factor: float = 1.0,
 ) -> tuple[tuple[int, ...], float]:
     """Bucket ends of an optimal bucketing under contention and the end of its last all-reduce.
 
-    ``slow_compute`` and ``slow_comm`` are the factors 1 + slowdown (>= 1); ``call_overhead_s`` is
-    added to the all-reduce time T of every bucket launched while compute has work left (those
-    ending at or before the last tensor with backward work), as :mod:`commsched.sim.contention`
-    does: it is part of T in every formula above, so the proof holds as it stands. ``upper_bound_s``
+    ``slow_compute`` and ``slow_comm`` are the factors 1 + slowdown (>= 1); every bucket launched
+    while compute has work left (those ending at or before the last tensor with backward work) costs
+    ``under_compute(bytes)`` x T + ``call_overhead_s`` instead of T (``under_compute`` maps an array
+    of sizes to factors; None is 1; ``min_factor`` is a lower bound of it, for the pruning bounds),
+    as :mod:`commsched.sim.contention` does: that is T in every formula above for that bucket, so
+    the proof holds as it stands. ``upper_bound_s``
     is the end time of any known bucketing; it only prunes, so when nothing beats it the result is
     empty (the caller keeps its bucketing).
     """
@@ -75,6 +79,9 @@ def contended_optimal_ends(
     c, m = float(slow_compute), float(slow_comm)
     busy_to = max((i for i, x in enumerate(work_s) if x > 0), default=-1)  # see sim.contention.last_working
     comm_left, last_left = _remaining_comm_bounds(prefix, cost)
+    # a factor below 1 makes all-reduces under compute cheaper: the bound on what is left shrinks
+    # with it (the last all-reduce is launched after compute, so its bound stands)
+    comm_left = comm_left * min(1.0, min_factor)
     bound = upper_bound_s * (1 + 1e-12)
     # no bucketing ends before compute (forward, all backward) and then the last tensor's all-reduce
     lowest = forward_s + total + float(last_left[0])
@@ -93,8 +100,10 @@ def contended_optimal_ends(
         k2 = np.arange(k + 1, n + 1)
         w = work[k2][None, :]  # (1, K2): work through the last tensor of bucket k..k2-1
         t = cost.times_s(prefix[k + 1 :] - prefix[k])[None, :]  # (1, K2)
-        if call_overhead_s:
-            t = t + call_overhead_s * (k2 <= busy_to)[None, :]
+        if call_overhead_s or under_compute is not None:
+            busy = (k2 <= busy_to)[None, :]
+            factor = under_compute(prefix[k + 1 :] - prefix[k])[None, :] if under_compute is not None else 1.0
+            t = np.where(busy, t * factor + call_overhead_s, t)
         f_, p_ = f[:, None], p[:, None]  # (S, 1)
         s = f_ + np.maximum(w - p_, 0.0)  # start of the next all-reduce (transition of the docstring)
         q = np.maximum(p_, w)

@@ -19,7 +19,8 @@ from dataclasses import replace
 from commsched.cost.cluster import ClusterSpec, preset
 from commsched.errors import CommschedError
 from commsched.io import load_cluster
-from commsched.planners import make_plan, planner
+from commsched.planners import make_plan, planner, planner_for
+from commsched.sim.semantics import NCCL, Semantics
 from commsched.types import ModelProfile, Plan, TensorSpec
 
 
@@ -33,34 +34,44 @@ def plan_for(
     iters: int = 10,
     warmup: int = 3,
     find_unused_parameters: bool = False,
+    semantics: Semantics | None = None,
 ) -> Plan:
-    """Measure ``model``'s profile here and plan it for ``cluster`` (a ClusterSpec, preset or file).
+    """Measure ``model``'s profile here and plan it for ``cluster`` (a ClusterSpec, preset or file)
+    and ``semantics`` (default: gloo's threads in a gloo process group, else NCCL's serial run).
 
     In an initialised process group only rank 0 measures and plans, and every rank receives rank 0's
-    plan: plans made from each rank's own timings could differ, and DataParallel refuses ranks that
-    disagree.
+    plan, or rank 0's error: plans made from each rank's own timings could differ, and DataParallel
+    refuses ranks that disagree.
 
     Trainable parameters that got no gradient in the measured steps are an error naming them,
-    unless ``find_unused_parameters=True`` (then train with DDP's flag of the same name): they join
-    the plan right after the first gradient, with no compute of their own, which is where DDP marks
-    them ready (at its first gradient hook of the step).
+    unless ``find_unused_parameters=True`` (then train DDP with the same flag). DDP never rebuilds
+    its buckets then: it launches them along the parameters' definition order, reversed. So the
+    profile is laid out in that order, each tensor ready when it and every tensor before it in that
+    order are (DDP launches buckets in order), unused parameters at the first gradient of the step
+    (where DDP marks them ready), and the plan's buckets are runs of that order, as DDP will keep them.
     """
     from commsched.profile.measure import measure_profile
 
     spec = cluster if isinstance(cluster, ClusterSpec) else (load_cluster(cluster) if cluster.endswith(".json") else preset(cluster))
     chosen = planner(strategy)
     distributed = dist.is_available() and dist.is_initialized()
+    if semantics is None:
+        semantics = NCCL
+        if distributed and dist.get_backend() == "gloo":
+            from commsched.runtime.validate import runtime_threads
+
+            semantics = Semantics("gloo", runtime_threads())
     plan: Plan | None = None
     error: str | None = None
     if not distributed or dist.get_rank() == 0:
         try:
             profile = measure_profile(model, example_inputs, loss_fn, name=type(model).__name__, iters=iters, warmup=warmup)
             profile = with_unused_parameters(profile, model, find_unused_parameters)
-            plan = make_plan(chosen, profile, spec.allreduce)
-        except CommschedError as e:
+            plan = make_plan(planner_for(chosen.name, semantics), profile, spec.allreduce, semantics)
+        except Exception as e:  # noqa: BLE001 - every rank raises it: a rank left waiting for the plan would hang
             if not distributed:
                 raise
-            error = str(e)  # every rank raises it: a rank left waiting for the plan would hang
+            error = f"{type(e).__name__}: {e}" if not isinstance(e, CommschedError) else str(e)
     if distributed:
         box = [(plan, error)]
         dist.broadcast_object_list(box, src=0)
@@ -71,18 +82,30 @@ def plan_for(
     return plan
 
 
-def with_unused_parameters(profile: ModelProfile, model: nn.Module, allowed: bool) -> ModelProfile:
-    """The profile with the trainable parameters it lacks (no gradient when measured) placed after
-    its first tensor with no backward time, or an error naming them when not ``allowed``."""
+def with_unused_parameters(profile: ModelProfile, model: nn.Module, find_unused: bool) -> ModelProfile:
+    """Without ``find_unused``: the profile, or an error naming the trainable parameters it lacks (no
+    gradient when measured). With it: the profile in the order DDP keeps its buckets then (reverse
+    definition order), ready times the running maximum along it, unused parameters ready at the
+    first gradient (see :func:`plan_for`)."""
+    from commsched.runtime.ddp import trainable_parameters
+
+    params = trainable_parameters(model)
     have = set(profile.names)
-    unused = [(n, p) for n, p in model.named_parameters() if p.requires_grad and p.numel() and n not in have]
-    if not unused:
+    unused = [n for n, p in params.items() if p.numel() and n not in have]
+    if not find_unused:
+        if unused:
+            names = ", ".join(unused[:3]) + (f" and {len(unused) - 3} more" if len(unused) > 3 else "")
+            raise CommschedError(
+                f"{len(unused)} trainable parameter(s) got no gradient in the measured steps ({names}); if they are "
+                f"really unused, plan with find_unused_parameters=True and train DDP with the same flag"
+            )
         return profile
-    if not allowed:
-        names = ", ".join(n for n, _ in unused[:3]) + (f" and {len(unused) - 3} more" if len(unused) > 3 else "")
-        raise CommschedError(
-            f"{len(unused)} trainable parameter(s) got no gradient in the measured steps ({names}); if they are "
-            f"really unused, plan with find_unused_parameters=True and train DDP with the same flag"
-        )
-    extra = tuple(TensorSpec(n, p.numel() * p.element_size(), 0.0) for n, p in unused)
-    return replace(profile, tensors=(profile.tensors[0], *extra, *profile.tensors[1:]))
+    ready = dict(zip(profile.names, profile.ready_s))
+    first = min(ready.values())
+    size = {t.name: t.bytes for t in profile.tensors}
+    tensors, t = [], profile.forward_s
+    for n in reversed([n for n, p in params.items() if p.numel()]):
+        r = max(t, ready.get(n, first))
+        tensors.append(TensorSpec(n, size.get(n, params[n].numel() * params[n].element_size()), r - t))
+        t = r
+    return replace(profile, tensors=tuple(tensors))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 import warnings
 from datetime import timedelta
 
@@ -36,9 +37,16 @@ from commsched.types import Plan
 _RESERVED = ("bucket_cap_mb", "bucket_cap_mb_list", "init_sync")
 
 
+def ignored_names(module: nn.Module) -> set[str]:
+    """Parameters and buffers DDP is told to leave alone (``_set_params_and_buffers_to_ignore_for_model``)."""
+    return set(getattr(module, "_ddp_params_and_buffers_to_ignore", ()) or ())
+
+
 def trainable_parameters(module: nn.Module) -> dict[str, nn.Parameter]:
-    """Trainable parameters by name, shared ones once (named_parameters already dedupes)."""
-    return {n: p for n, p in module.named_parameters() if p.requires_grad}
+    """The parameters DDP reduces, by name: trainable, not ignored, shared ones once
+    (named_parameters already dedupes)."""
+    ignored = ignored_names(module)
+    return {n: p for n, p in module.named_parameters() if p.requires_grad and n not in ignored}
 
 
 def tensor_infos(module: nn.Module) -> list[TensorInfo]:
@@ -76,50 +84,66 @@ def check_plan_fits(plan: Plan, params: dict[str, nn.Parameter]) -> None:
             )
 
 
-def express_plan(plan: Plan, module: nn.Module, *, find_unused_parameters: bool = False) -> Expression:
-    """The caps for ``plan`` on ``module`` and the buckets stock DDP will reduce with them."""
+def express_plan(
+    plan: Plan, module: nn.Module, *, find_unused_parameters: bool = False, static_graph: bool = False
+) -> Expression:
+    """The caps for ``plan`` on ``module`` and the buckets stock DDP will reduce with them. DDP
+    rebuilds its buckets in ready order unless ``find_unused_parameters`` without ``static_graph``."""
     params = trainable_parameters(module)
     check_plan_fits(plan, params)
-    infos = tensor_infos(module)
-    return express(plan, infos, list(params) if find_unused_parameters else None)
+    infos = [t for t in tensor_infos(module) if t.name in params]
+    keeps_first_buckets = find_unused_parameters and not static_graph
+    return express(plan, infos, list(params) if keeps_first_buckets else None)
 
 
-def ddp_options(plan: Plan, module: nn.Module | None = None, *, find_unused_parameters: bool = False) -> dict:
+def _warn_inexact(plan: Plan, expr: Expression) -> None:
+    warnings.warn(
+        f"stock DDP cannot reduce exactly plan {plan.strategy!r}'s buckets ({expr.reason}): "
+        f"{len(expr.buckets)} buckets instead of {len(plan.buckets)}, at most {expr.moved_bytes} bytes in another bucket",
+        stacklevel=3,
+    )
+
+
+def ddp_options(
+    plan: Plan, module: nn.Module | None = None, *, find_unused_parameters: bool = False, static_graph: bool = False
+) -> dict:
     """Keyword arguments that make stock ``DistributedDataParallel`` reduce ``plan``'s buckets.
 
     Without ``module`` one dtype is assumed and the caps are the plan's bucket sizes. With it, the
     plan is checked against the model (names, bytes) and, where DDP cannot reduce exactly the plan's
-    buckets (a bucket mixing dtypes; with ``find_unused_parameters`` buckets that are not runs of the
-    definition order), a ``UserWarning`` says so and how many bytes land in other buckets.
+    buckets (a bucket mixing dtypes; with ``find_unused_parameters`` and no ``static_graph``,
+    buckets that are not runs of the definition order), a ``UserWarning`` says so and how far off.
+    The two flags are passed on to DDP when set.
     """
     if module is None:
-        if find_unused_parameters:
+        if find_unused_parameters and not static_graph:
             raise CommschedError("ddp_options(find_unused_parameters=True) needs the module (DDP then buckets in its definition order)")
         expr = express(plan)
     else:
-        expr = express_plan(plan, module, find_unused_parameters=find_unused_parameters)
+        expr = express_plan(plan, module, find_unused_parameters=find_unused_parameters, static_graph=static_graph)
         if not expr.exact:
-            warnings.warn(
-                f"stock DDP cannot reduce exactly plan {plan.strategy!r}'s buckets ({expr.reason}): "
-                f"{len(expr.buckets)} buckets instead of {len(plan.buckets)}, {expr.moved_bytes} bytes in another bucket",
-                stacklevel=2,
-            )
+            _warn_inexact(plan, expr)
     kwargs = expr.kwargs()
     if find_unused_parameters:
         kwargs["find_unused_parameters"] = True
+    if static_graph:
+        kwargs["static_graph"] = True
     return kwargs
 
 
-def plan_fingerprint(plan: Plan, params: dict[str, nn.Parameter]) -> bytes:
+def plan_fingerprint(plan: Plan, params: dict[str, nn.Parameter], module: nn.Module | None = None) -> bytes:
+    """The plan's layout with every tensor's shape and dtype, and the model's buffers (which the
+    set-up broadcasts: ranks whose buffers differ would fail there, less clearly)."""
     layout = [[(n, list(params[n].shape), str(params[n].dtype)) for n in b.tensors] for b in plan.buckets]
-    return hashlib.sha256(json.dumps(layout).encode()).digest()
+    buffers = [(n, list(b.shape), str(b.dtype)) for n, b in module.named_buffers()] if module is not None else []
+    return hashlib.sha256(json.dumps([layout, buffers]).encode()).digest()
 
 
 class DataParallel(nn.parallel.DistributedDataParallel):
     """Stock ``DistributedDataParallel`` with a plan's buckets, checked on every rank (module docstring).
 
-    ``timeout_s`` bounds the set-up: the plan check and the broadcast of rank 0's parameters and
-    buffers. During training DDP's collectives wait as long as the process group's timeout
+    ``timeout_s`` bounds the whole set-up (one deadline): the plan check and the broadcast of rank
+    0's parameters and buffers. During training DDP's collectives wait as long as the process group's timeout
     (``init_process_group(timeout=...)`` or ``dist.set_timeout``); a rank that dies mid-training
     is reported by gloo as soon as its connections close. Other keyword arguments go to DDP, except
     the bucket caps and ``init_sync``, which the plan and the wrapper decide.
@@ -145,15 +169,16 @@ class DataParallel(nn.parallel.DistributedDataParallel):
             raise CommschedError(f"commsched.DataParallel sets {bad[0]!r} itself (from the plan); leave it out")
         group = process_group if process_group is not None else dist.group.WORLD
         rank = dist.get_rank(group)
-        _agree_on_plan(plan, module, group, timeout_s, rank)
-        expr = express_plan(plan, module, find_unused_parameters=find_unused_parameters)
+        deadline = time.monotonic() + float(timeout_s)  # one deadline for the whole set-up
+        _agree_on_plan(plan, module, group, deadline, rank)
+        expr = express_plan(
+            plan, module, find_unused_parameters=find_unused_parameters, static_graph=bool(ddp_kwargs.get("static_graph"))
+        )
         if not expr.exact:
-            warnings.warn(
-                f"stock DDP cannot reduce exactly plan {plan.strategy!r}'s buckets ({expr.reason}): "
-                f"{expr.moved_bytes} bytes land in another bucket",
-                stacklevel=2,
-            )
-        _broadcast_state(module, group, timeout_s, rank)
+            _warn_inexact(plan, expr)
+        # DDP's init sync leaves buffers alone with the deprecated broadcast_buffers=False
+        sync_buffers = ddp_kwargs.get("forward_sync_buffers") is not None or ddp_kwargs.get("broadcast_buffers", True) is not False
+        _broadcast_state(module, group, deadline, rank, sync_buffers)
         try:
             super().__init__(
                 module,
@@ -182,50 +207,64 @@ class DataParallel(nn.parallel.DistributedDataParallel):
         return self.recorder.records
 
 
-def _wait(work, deadline_s: float, what: str, rank: int) -> None:
+def _wait(work, deadline: float, what: str, rank: int, cause: str) -> None:
+    left = deadline - time.monotonic()
     try:
-        work.wait(timedelta(seconds=deadline_s))
+        if left <= 0:
+            raise TimeoutError("no time left before the set-up's deadline")
+        work.wait(timedelta(seconds=left))
     except Exception as e:  # noqa: BLE001 - a timeout and a closed connection mean the same here
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise CommschedError(
-            f"rank {rank}: {what} did not complete within {deadline_s:g} s; a peer rank has probably died "
-            f"or is stuck before wrapping its model ({type(e).__name__}: {first})"
-        ) from e
+        raise CommschedError(f"rank {rank}: {what} did not complete before the set-up's deadline; {cause} ({type(e).__name__}: {first})") from e
 
 
-def _agree_on_plan(plan: Plan, module: nn.Module, group, timeout_s: float, rank: int) -> None:
-    """Every rank learns every rank's verdict (fits its model? which plan?) before anyone raises, so
-    no rank hangs; a rank that never arrives is an error after ``timeout_s``."""
+_MESSAGE_BYTES = 1024  # room for a rank's error in the plan check's one collective
+
+
+def _agree_on_plan(plan: Plan, module: nn.Module, group, deadline: float, rank: int) -> None:
+    """Every rank learns every rank's verdict (fits its model? which plan? its error, truncated)
+    in one fixed-size all-gather before anyone raises, so no rank hangs; a rank that never arrives
+    is an error at the deadline."""
     params = trainable_parameters(module)
-    error = ""
+    error = b""
     try:
         check_plan_fits(plan, params)
-        digest = plan_fingerprint(plan, params)
+        digest = plan_fingerprint(plan, params, module)
     except CommschedError as e:
-        error, digest = str(e), bytes(32)
+        error, digest = str(e).encode()[:_MESSAGE_BYTES], bytes(32)
     world = dist.get_world_size(group)
-    mine = torch.tensor([1 if error else 0, *digest], dtype=torch.uint8)
+    mine = torch.zeros(1 + 32 + 2 + _MESSAGE_BYTES, dtype=torch.uint8)
+    mine[0] = 1 if error else 0
+    mine[1:33] = torch.tensor(list(digest), dtype=torch.uint8)
+    mine[33:35] = torch.tensor([len(error) >> 8, len(error) & 255], dtype=torch.uint8)
+    mine[35 : 35 + len(error)] = torch.tensor(list(error), dtype=torch.uint8)
     device = _comm_device(group, module)
-    everyone = [torch.empty(33, dtype=torch.uint8, device=device) for _ in range(world)]
-    _wait(dist.all_gather(everyone, mine.to(device), group=group, async_op=True), timeout_s, "the plan check", rank)
-    verdicts = [bytes(t.cpu().tolist()) for t in everyone]
-    if any(v[0] for v in verdicts):
-        messages: list[str | None] = [None] * world
-        dist.all_gather_object(messages, error, group=group)  # every rank is here: no deadline needed
-        r = next(i for i, v in enumerate(verdicts) if v[0])
-        raise CommschedError(f"rank {rank}: the plan does not fit the model on rank {r}: {messages[r]}")
-    if len(set(verdicts)) > 1:
+    everyone = [torch.empty_like(mine, device=device) for _ in range(world)]
+    work = dist.all_gather(everyone, mine.to(device), group=group, async_op=True)
+    _wait(work, deadline, "the plan check", rank, "a peer rank has probably died or is stuck before wrapping its model")
+    got = [bytes(t.cpu().tolist()) for t in everyone]
+    failed = [r for r, g in enumerate(got) if g[0]]
+    if failed:
+        r = failed[0]
+        n = (got[r][33] << 8) | got[r][34]
+        message = got[r][35 : 35 + n].decode(errors="replace")
+        raise CommschedError(f"rank {rank}: the plan does not fit the model on rank {r}: {message}")
+    digests = [g[1:33] for g in got]
+    if len(set(digests)) > 1:
         groups: dict[bytes, list[int]] = {}
-        for r, v in enumerate(verdicts):
-            groups.setdefault(v, []).append(r)
-        detail = "; ".join(f"ranks {rs} have plan {v[1:9].hex()}" for v, rs in groups.items())
+        for r, d in enumerate(digests):
+            groups.setdefault(d, []).append(r)
+        detail = "; ".join(f"ranks {rs} have plan {d[:8].hex()}" for d, rs in groups.items())
         raise CommschedError(f"rank {rank}: ranks hold different plans or models ({detail})")
 
 
-def _broadcast_state(module: nn.Module, group, timeout_s: float, rank: int) -> None:
-    """Rank 0's parameters and buffers everywhere (what DDP's init sync does), one flat tensor per
-    dtype and device, under the deadline."""
-    tensors = [p.detach() for p in module.parameters()] + [b for b in module.buffers()]
+def _broadcast_state(module: nn.Module, group, deadline: float, rank: int, sync_buffers: bool = True) -> None:
+    """Rank 0's parameters and buffers everywhere (what DDP's init sync does, leaving out what DDP is
+    told to ignore), one flat tensor per dtype and device, under the set-up's deadline."""
+    ignored = ignored_names(module)
+    tensors = [p.detach() for n, p in module.named_parameters() if n not in ignored]
+    if sync_buffers:
+        tensors += [b for n, b in module.named_buffers() if n not in ignored]
     by_kind: dict[tuple, list[torch.Tensor]] = {}
     for t in tensors:
         if t.numel():
@@ -236,7 +275,7 @@ def _broadcast_state(module: nn.Module, group, timeout_s: float, rank: int) -> N
         flat = torch.cat([t.reshape(-1) for t in ts])
         flats.append((ts, flat, dist.broadcast(flat, src=src, group=group, async_op=True)))
     for ts, flat, work in flats:
-        _wait(work, timeout_s, "the broadcast of rank 0's parameters", rank)
+        _wait(work, deadline, "the broadcast of rank 0's parameters and buffers", rank, "a peer rank has probably died")
         with torch.no_grad():
             offset = 0
             for t in ts:

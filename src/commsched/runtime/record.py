@@ -3,10 +3,12 @@
 :class:`StepRecorder` attaches to a DDP model through its public hooks only:
 
 - a DDP comm hook (``register_comm_hook``) stamps each bucket's launch (the reducer calls the hook
-  the moment the bucket is ready and every bucket before it launched) and, from the all-reduce
-  future's completion callback, its end; it scales the bucket by 1/world before the all-reduce,
-  the multiplication stock DDP's reducer does while copying gradients in (with a comm hook the
-  reducer copies without scaling), so the gradients are bit for bit those of stock DDP;
+  the moment the bucket is ready and every bucket before it launched; the all-reduce may then wait
+  in gloo's queue, so this is the launch, not the start of execution) and, from the all-reduce
+  future's completion callback, its end; it scales the bucket by 1/world before the all-reduce, as
+  stock DDP's reducer does without a hook (a multiplication while copying gradients in; with
+  ``gradient_as_bucket_view=True`` a division of the bucket), so the gradients are those of stock
+  DDP, bit for bit in the tests (world size 2, the default ``gradient_as_bucket_view=False``);
 - ``register_post_accumulate_grad_hook`` on every trainable parameter stamps when its gradient is
   ready (the moment DDP's own hook on the same accumulator marks it ready);
 - forward pre- and post-hooks on the DDP module stamp the step's start and the end of forward;
@@ -28,6 +30,7 @@ The cost: one Python call per bucket and per parameter and an in-place scaling o
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -109,12 +112,15 @@ class StepRecorder:
     """
 
     def __init__(self, ddp: nn.parallel.DistributedDataParallel, order: tuple[str, ...] | None = None) -> None:
-        self.ddp = ddp
+        # weakly: DDP's reducer holds this recorder (the comm hook's state) from C++, where Python's
+        # collector cannot see the cycle a strong reference back would close
+        self._ddp = weakref.ref(ddp)
         self.records: list[StepRecord] = []
         named = [(n, p) for n, p in ddp.module.named_parameters() if p.requires_grad]
         self._name_of = {id(p): n for n, p in named}
         self._order = tuple(order) if order is not None else None
-        self._scale = 1.0 / dist.get_world_size(ddp.process_group)
+        self._world = dist.get_world_size(ddp.process_group)
+        self._divide = bool(ddp.gradient_as_bucket_view)
         self._group = ddp.process_group
         self._cuda = next(iter(ddp.module.parameters())).is_cuda
         self._armed = False
@@ -140,8 +146,8 @@ class StepRecorder:
             return event
         return time.perf_counter()
 
-    def _on_forward_start(self, _module, _args) -> None:
-        self._armed = torch.is_grad_enabled() and self.ddp.require_backward_grad_sync
+    def _on_forward_start(self, module, _args) -> None:
+        self._armed = torch.is_grad_enabled() and module.require_backward_grad_sync
         if self._armed:
             self._reset()
             self._t0 = self._now()
@@ -200,7 +206,10 @@ class StepRecorder:
 
 def _recording_hook(rec, bucket):  # no annotations: DDP checks them, and they are strings here (PEP 563)
     buf = bucket.buffer()
-    buf.mul_(rec._scale)  # what the reducer does without a hook: bit-identical gradients
+    if rec._divide:  # what the reducer does without a hook (module docstring)
+        buf.div_(rec._world)
+    else:
+        buf.mul_(1.0 / rec._world)
     armed = rec._armed
     if armed:
         if not rec._closing:

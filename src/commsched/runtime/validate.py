@@ -14,10 +14,12 @@ with its defaults. Every rank, in lockstep:
    what predictions use;
 3. measures the runtime's semantics (:mod:`commsched.sim.semantics`): the process group's thread
    count; the concurrency gain (two all-reduces launched together against one); compute slowed
-   by an all-reduce in flight (c); and, at several message sizes, k-chains of all-reduces launched
-   at the start of a backward pass against the same alone: fitted to (1 + m)(T(b) + d), the
-   size-dependent slowdown of LIBRA's p(c, r) as a factor and a per-call cost;
-4. plans every strategy for those semantics (``optimal`` to within 1% of the optimum);
+   by one all-reduce in flight (c) and by two (c2); and, at four message sizes, k-chains of
+   all-reduces launched at the start of a backward pass against the same alone: the per-size
+   factor of an all-reduce under compute (``under_compute``, LIBRA's p(c, r) depending on the
+   message size c), which also holds the per-call costs as the runtime issues them;
+4. scores every strategy under those semantics; ``optimal`` plans for them (to within 1% of the
+   optimum, or the serial optimum where a gain or c2 is used);
 5. trains every strategy and stock DDP, interleaved round by round (A B C ... B C A ..., the order
    rotated each round), each from the same weights; speedups over stock DDP are paired by round;
    each round also repeats the profile steps and one probe of step 3, so that what
@@ -37,6 +39,7 @@ import copy
 import random
 import statistics
 import time
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -57,7 +60,7 @@ from commsched.types import ModelProfile, Plan, TensorSpec
 
 STOCK = "torch-ddp"
 MIB = 1 << 20
-PROBE_SIZES = (16 * 1024, 1 * MIB, 8 * MIB)  # where per-call costs, the middle and bandwidth dominate
+PROBE_SIZES = (16 * 1024, 128 * 1024, 1 * MIB, 8 * MIB)  # from per-call costs to bandwidth
 GAIN_SIZES = (16 * 1024, 1 * MIB)
 
 
@@ -95,7 +98,8 @@ def runtime_threads(group=None) -> int:
     try:
         pg = group if group is not None else dist.distributed_c10d._get_default_group()
         return int(pg._get_backend(torch.device("cpu")).options._threads)
-    except (AttributeError, RuntimeError):  # private API: fall back to torch 2.14's default
+    except (AttributeError, RuntimeError) as e:  # a private API: say so, and use torch 2.14's default
+        warnings.warn(f"could not read gloo's thread count ({e}); assuming {GLOO_DEFAULT_THREADS}", stacklevel=2)
         return GLOO_DEFAULT_THREADS
 
 
@@ -162,12 +166,20 @@ def bench_chains(sizes_bytes: tuple[int, ...], repeats: int) -> CommSamples:
     )
 
 
-def table_cost(samples: CommSamples) -> Table:
-    """The measured per-call times as a ``table`` cost, made non-decreasing in size by pooling
-    adjacent violators (a larger message never costs less; what is left of a dip is noise), and
-    flat below the smallest size measured."""
+def table_cost(samples: CommSamples, gain: float = 0.0, threads: int = 1) -> Table:
+    """The measured per-call times as a ``table`` cost of one all-reduce alone, made non-decreasing
+    in size by pooling adjacent violators (a larger message never costs less; what is left of a dip
+    is noise), and flat below the smallest size measured.
+
+    Chains of more than one call ran on the runtime's threads: with a concurrency ``gain`` two in
+    flight went 1 + gain times as fast as one, so their per-call time is multiplied back by that
+    (the simulator applies the gain itself)."""
+    times = [
+        t * (1.0 + gain) if threads > 1 and chain_length(size) > 1 else t
+        for size, t in zip(samples.sizes_bytes, samples.time_s)
+    ]
     blocks: list[list[float]] = []  # [sum, count]
-    for t in samples.time_s:
+    for t in times:
         blocks.append([t, 1.0])
         while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
             s, c = blocks.pop()
@@ -280,30 +292,19 @@ class _Probe:
         }
 
 
-def fit_call_slowdown(alone: list[float], under: list[float]) -> tuple[float, float]:
-    """(m, d) of under = (1 + m)(alone + d), per call, by least squares on the relative error;
-    m and d clipped at 0 (a faster all-reduce under compute is noise, not a model)."""
-    a = np.asarray(alone, dtype=np.float64)
-    u = np.asarray(under, dtype=np.float64)
-    if a.size == 0:
-        return 0.0, 0.0
-    if a.size == 1:
-        return max(0.0, float(u[0] / a[0]) - 1.0), 0.0
-    design = np.stack([a / u, 1.0 / u], axis=1)
-    (slope, offset), *_ = np.linalg.lstsq(design, np.ones_like(u), rcond=None)
-    slope = max(float(slope), 1.0)
-    offset = max(float(offset), 0.0)
-    return slope - 1.0, offset / slope
-
-
-def contention_of(samples: list[dict], resamples: int = 0, threads: int = 1, seed: int = 0) -> dict:
+def contention_of(
+    samples: list[dict], resamples: int = 0, threads: int = 1, seed: int = 0, decided: dict | None = None
+) -> dict:
     """The semantics' measured numbers from :meth:`_Probe.sample` dicts (of any ranks): medians,
-    then ratios; the gain's 95% bootstrap interval decides whether it is used (else 0)."""
+    then ratios. The gain's and c2's 95% bootstrap intervals decide whether they are used (else 0
+    and None); ``decided`` (a previous result) imposes those decisions instead, so that a bootstrap
+    of the prediction resamples the estimator that made it."""
     med = lambda key, i=None: statistics.median(s[key] if i is None else s[key][i] for s in samples)  # noqa: E731
     alone_b, under_b, overlap = med("backward_s"), med("backward_under_allreduce_s"), med("overlap_s")
     chain_keys = sorted((k for k in samples[0] if k.startswith("chain_")), key=lambda k: int(k[6:]))
     per_size = {k[6:]: (med(k, 0), med(k, 1)) for k in chain_keys}
-    m, d = fit_call_slowdown([a for a, _ in per_size.values()], [u for _, u in per_size.values()])
+    # the per-size factor of all-reduces launched under compute: the semantics' ``under_compute``
+    under_compute = [[int(k), u / a] for k, (a, u) in per_size.items() if a > 0]
     pair_keys = [k for k in samples[0] if k.startswith("pair_")]
 
     def gain(ss) -> float:
@@ -314,26 +315,33 @@ def contention_of(samples: list[dict], resamples: int = 0, threads: int = 1, see
     lo = hi = g
     if resamples and len(samples) > 1:
         rng = random.Random(seed)
-        boot = sorted(gain([samples[rng.randrange(len(samples))] for _ in samples]) for _ in range(resamples))
-        cut = int(0.025 * (len(boot) - 1))
-        lo, hi = boot[cut], boot[len(boot) - 1 - cut]
-    used = min(1.0, max(0.0, g)) if (threads > 1 and lo > 0) else 0.0
+        lo, hi = _interval([gain([samples[rng.randrange(len(samples))] for _ in samples]) for _ in range(resamples)])
+    if decided is not None:
+        use_gain = decided["concurrency_gain"] > 0
+    else:
+        use_gain = threads > 1 and lo > 0
+    used = min(1.0, max(0.0, g)) if use_gain else 0.0
     c1 = _compute_slowdown(samples)
     c2 = _compute_slowdown_two(samples, c1)
-    c2_lo = c2_hi = c2
+    diff_lo = diff_hi = None if c2 is None else c2 - c1
     if c2 is not None and resamples and len(samples) > 1:
         rng = random.Random(seed + 1)
         diffs = []
         for _ in range(resamples):
             pick = [samples[rng.randrange(len(samples))] for _ in samples]
-            d2 = _compute_slowdown_two(pick, _compute_slowdown(pick))
-            diffs.append((d2 or 0.0) - _compute_slowdown(pick))
-        diffs.sort()
-        cut = int(0.025 * (len(diffs) - 1))
-        c2_lo, c2_hi = c1 + diffs[cut], c1 + diffs[len(diffs) - 1 - cut]
-    # like the gain, c2 is used only where it differs from c1 beyond the noise (its interval
-    # excludes c1): otherwise gloo's run is the serial one and ``optimal`` is exact for it
-    c2_used = c2 if (c2 is not None and threads > 1 and not c2_lo <= c1 <= c2_hi) else None
+            pc1 = _compute_slowdown(pick)
+            pc2 = _compute_slowdown_two(pick, pc1)
+            if pc2 is not None:
+                diffs.append(pc2 - pc1)
+        if diffs:
+            diff_lo, diff_hi = _interval(diffs)
+    # like the gain, c2 is used only where it differs from c1 beyond the noise (the interval of
+    # c2 - c1 excludes 0): otherwise gloo's run is the serial one and ``optimal`` is exact for it
+    if decided is not None:
+        use_c2 = decided["compute_slowdown_concurrent"] is not None
+    else:
+        use_c2 = c2 is not None and threads > 1 and diff_lo is not None and not diff_lo <= 0 <= diff_hi
+    c2_used = c2 if (use_c2 and c2 is not None) else None
     return {
         "threads": threads,
         "compute_alone_s": alone_b,
@@ -341,17 +349,23 @@ def contention_of(samples: list[dict], resamples: int = 0, threads: int = 1, see
         # under = alone + c x overlap: compute ran at 1 / (1 + c) while the all-reduce was in flight
         "compute_slowdown": c1,
         "compute_slowdown_concurrent_measured": c2,
-        "compute_slowdown_concurrent_ci95": [c2_lo, c2_hi],
+        "compute_slowdown_concurrent_minus_single_ci95": [diff_lo, diff_hi],
         "compute_slowdown_concurrent": c2_used,
         "compute_overlap_s": overlap,
-        "comm_slowdown": m,
-        "call_overhead_s": d,
+        "under_compute": under_compute,
         "allreduce_per_call_s": {k: {"alone": a, "under_compute": u, "ratio": u / a} for k, (a, u) in per_size.items()},
         "concurrency_gain_measured": g,
         "concurrency_gain_ci95": [lo, hi],
         "concurrency_gain": used,
         "samples": len(samples),
     }
+
+
+def _interval(values: list[float]) -> tuple[float, float]:
+    """The central 95% of ``values``: 2.5% of them off each end."""
+    vs = sorted(values)
+    cut = int(0.025 * len(vs))
+    return vs[cut], vs[len(vs) - 1 - cut]
 
 
 def _compute_slowdown(samples: list[dict]) -> float:
@@ -374,15 +388,18 @@ def _compute_slowdown_two(samples: list[dict], c1: float) -> float | None:
 
 
 def semantics_of(contention: dict, backend: str) -> Semantics:
+    """The measured semantics: the per-size factor under compute stands for both the rate slowdown
+    and the per-call term of :mod:`commsched.sim.semantics` (m and d stay 0: one model, not two)."""
     threads = contention["threads"] if backend == "gloo" else 1
     return Semantics(
         "gloo" if backend == "gloo" else "nccl",
         threads,
         contention["concurrency_gain"] if threads > 1 else 0.0,
         contention["compute_slowdown"],
-        contention["comm_slowdown"],
-        contention["call_overhead_s"],
+        0.0,
+        0.0,
         contention["compute_slowdown_concurrent"] if threads > 1 else None,
+        tuple((b, f) for b, f in contention["under_compute"]),
     )
 
 
@@ -544,6 +561,8 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
     contention_before = probe.report(_pooled(_gather([probe.sample() for _ in range(cfg.probe_iters)])), cfg.resamples, threads)
     contention_before = _broadcast_obj(contention_before)
     sem_before = semantics_of(contention_before, backend)
+    if sem_before.concurrency_gain:  # the chains ran two at a time: back to one alone
+        cluster = replace(cluster, allreduce=table_cost(samples, sem_before.concurrency_gain, threads))
 
     say(f"4/5 planning every strategy for {_describe(sem_before)}")
     plans: dict[str, Plan] = {
@@ -689,11 +708,10 @@ def paired_speedup(stock: list[float], variant: list[float], steps: int, resampl
         for r in range(rounds)
     ]
     rng = random.Random(seed)
-    boot = sorted(statistics.median(ratios[rng.randrange(rounds)] for _ in range(rounds)) for _ in range(resamples))
-    cut = int(0.025 * (len(boot) - 1))
+    lo, hi = _interval([statistics.median(ratios[rng.randrange(rounds)] for _ in range(rounds)) for _ in range(resamples)])
     return {
         "speedup_vs_stock_ddp": statistics.median(ratios),
-        "speedup_ci95": [boot[cut], boot[len(boot) - 1 - cut]],
+        "speedup_ci95": [lo, hi],
         "speedup_of_medians": statistics.median(stock) / statistics.median(variant),
     }
 
@@ -721,20 +739,16 @@ def error_intervals(
     """
     rng = random.Random(seed)
     k, p = len(steps.forward_end_s), len(probes)
+    decided = contention_of(probes, resamples, threads)  # the point estimate's decisions (gain, c2)
     errors: dict[str, list[float]] = {name: [] for name in ends_of}
     for _ in range(resamples):
         profile = steps.profile([rng.randrange(k) for _ in range(k)])
-        sem = semantics_of(contention_of([probes[rng.randrange(p)] for _ in range(p)], 0, threads), backend)
+        sem = semantics_of(contention_of([probes[rng.randrange(p)] for _ in range(p)], 0, threads, decided=decided), backend)
         for name, ends in ends_of.items():
             ts = measured[name]
             med = statistics.median(ts[rng.randrange(len(ts))] for _ in range(len(ts)))
             errors[name].append(simulate_run(profile, ends, cluster.allreduce, sem).iteration_s / med - 1)
-    out = {}
-    for name, es in errors.items():
-        es.sort()
-        cut = int(0.025 * (len(es) - 1))
-        out[name] = (es[cut], es[len(es) - 1 - cut])
-    return out
+    return {name: _interval(es) for name, es in errors.items()}
 
 
 def _measured_timeline(records: list) -> dict:
@@ -756,11 +770,15 @@ def _max_or_none(values) -> float | None:
 
 def _describe(sem: Semantics) -> str:
     two = f" ({sem.compute_slowdown_many:+.0%} under two)" if sem.threads > 1 else ""
+    under = ", ".join(f"{_size(b)} x{f:.2f}" for b, f in sem.under_compute) or "x1"
     return (
         f"{sem.backend} ({sem.threads} thread{'s' if sem.threads > 1 else ''}, gain {sem.concurrency_gain:.2f}), "
-        f"compute {sem.compute_slowdown:+.0%} under an all-reduce{two}, all-reduce {sem.comm_slowdown:+.0%} under compute "
-        f"+ {sem.call_overhead_s * 1e3:.2f} ms per call"
+        f"compute {sem.compute_slowdown:+.0%} under an all-reduce{two}, all-reduces under compute {under}"
     )
+
+
+def _size(b: int) -> str:
+    return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB" if b >= 1 << 10 else f"{b} B"
 
 
 def _pooled(per_rank: list[list]) -> list:

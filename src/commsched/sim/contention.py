@@ -4,9 +4,9 @@ Backward compute is sequential as in DESIGN.md; bucket j is launched when its la
 (every earlier bucket is launched by then: ready times only grow). Launched all-reduces wait in a
 FIFO queue for one of the runtime's ``threads`` (1 for NCCL's stream, 2 for gloo's worker threads);
 the n in flight each progress at (1 + gain (n - 1)) / n of their solo speed, and at 1 / (1 + m) of
-that while compute runs; compute runs at 1 / (1 + c) while one is in flight, 1 / (1 + c2) while more are. A bucket launched
-while compute still has work to do carries ``call_overhead_s`` more work. With one thread and no
-contention this is :func:`commsched.sim.timeline.simulate`; with one thread and the two factors,
+that while compute runs; compute runs at 1 / (1 + c) while one is in flight, 1 / (1 + c2) while
+more are. A bucket launched while compute still has work to do costs factor(b) x T(b) + d of work
+(``under_compute``, ``call_overhead_s``). With one thread and no contention this is :func:`commsched.sim.timeline.simulate`; with one thread and the two factors,
 LIBRA's g(b, r) in its simplest form (the previous contended simulator: a test keeps a frozen
 copy of it and compares).
 
@@ -129,7 +129,11 @@ def _events(forward_s, work, pb, ends, cost: CostModel, sem: Semantics):
             i += 1
             while j_next < nb and i == ends[j_next]:
                 lo = ends[j_next - 1] if j_next else 0
-                remaining[j_next] = cost.time_s(pb[ends[j_next]] - pb[lo]) + (d if i <= busy_to else 0.0)
+                nbytes = pb[ends[j_next]] - pb[lo]
+                t_solo = cost.time_s(nbytes)
+                if i <= busy_to:  # launched while compute has work left
+                    t_solo = t_solo * sem.factor_under_compute(nbytes) + d
+                remaining[j_next] = t_solo
                 system.append(j_next)
                 j_next += 1
             if i < n:

@@ -25,10 +25,18 @@ Contention (LIBRA's g(b, r) in its simplest measured form, with a per-call term)
   was slowed by 35% under one all-reduce and by 43% under two; None means c);
 - ``comm_slowdown`` m: while backward compute runs, an all-reduce progresses at 1 / (1 + m);
 - ``call_overhead_s`` d: an all-reduce launched while backward compute still has work to do costs
-  d more seconds of its own work (the wake-ups of a collective's thread on cores busy with
-  compute). Measured, per call and per message size, an all-reduce under compute took
-  (1 + m) (T(b) + d): a slowdown that grows as messages shrink, (1 + m)(1 + d / T(b)), which is
-  the size dependence of LIBRA's p(c, r) in the message size c.
+  d more seconds of its own work;
+- ``under_compute``: a table of (message bytes, factor): an all-reduce of b bytes launched while
+  backward compute still has work to do costs factor(b) x T(b) of work, the factor interpolated
+  linearly in log2(b) between the points and flat beyond them (empty: 1). This is the size
+  dependence of LIBRA's p(c, r) in the message size c, as ``validate`` measures it: chains of
+  all-reduces of one size launched at the start of a backward pass against the same alone. On the
+  emulated cluster small all-reduces came out *faster* under compute (16 KiB: 0.67-0.75, the
+  rank's core never idles, so its wake-ups are quicker) and 1 MiB ones slower (1.10-1.23)
+  (BENCHMARKS.md); no single factor or (1 + m)(T + d) form fits both.
+
+Because the factor and d are charged as work when a bucket is launched, every rate in the run
+depends only on whether something is in flight: what :attr:`Semantics.serial_equivalent` needs.
 """
 
 from __future__ import annotations
@@ -36,6 +44,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from typing import Literal
+
+import numpy as np
 
 from commsched.errors import CommschedError
 
@@ -57,6 +67,7 @@ class Semantics:
     comm_slowdown: float = 0.0
     call_overhead_s: float = 0.0
     compute_slowdown_concurrent: float | None = None
+    under_compute: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.backend not in ("nccl", "gloo"):
@@ -71,6 +82,31 @@ class Semantics:
         _check("call_overhead_s", self.call_overhead_s, 1e3)
         if self.compute_slowdown_concurrent is not None:
             _check("compute_slowdown_concurrent", self.compute_slowdown_concurrent, 1e3)
+        pts = self.under_compute
+        if not isinstance(pts, (tuple, list)):
+            raise CommschedError(f"under_compute must be a list of [bytes, factor] points, got {pts!r}")
+        clean = []
+        for pt in pts:
+            if not isinstance(pt, (tuple, list)) or len(pt) != 2:
+                raise CommschedError(f"under_compute points are [bytes, factor] pairs, got {pt!r}")
+            b, f = pt
+            if isinstance(b, bool) or not isinstance(b, int) or not 0 < b <= 2**50:
+                raise CommschedError(f"under_compute sizes must be whole bytes in (0, 2**50], got {b!r}")
+            if isinstance(f, bool) or not isinstance(f, (int, float)) or not (math.isfinite(f) and 0 < f <= 100):
+                raise CommschedError(f"under_compute factors must be finite numbers in (0, 100], got {f!r}")
+            clean.append((b, float(f)))
+        if any(b2 <= b1 for (b1, _), (b2, _) in zip(clean, clean[1:])):
+            raise CommschedError(f"under_compute sizes must increase strictly, got {[b for b, _ in clean]}")
+        object.__setattr__(self, "under_compute", tuple(clean))
+
+    def factor_under_compute(self, nbytes) -> float:
+        """factor(b) of ``under_compute`` (1 without points); numpy arrays give arrays."""
+        if not self.under_compute:
+            return 1.0 if np.ndim(nbytes) == 0 else np.ones(np.shape(nbytes))
+        xs = [math.log2(b) for b, _ in self.under_compute]
+        ys = [f for _, f in self.under_compute]
+        out = np.interp(np.log2(np.maximum(np.asarray(nbytes, dtype=np.float64), 1.0)), xs, ys)
+        return float(out) if np.ndim(nbytes) == 0 else out
 
     @property
     def compute_slowdown_many(self) -> float:
@@ -80,7 +116,7 @@ class Semantics:
 
     @property
     def contended(self) -> bool:
-        return bool(self.compute_slowdown or self.comm_slowdown or self.call_overhead_s)
+        return bool(self.compute_slowdown or self.comm_slowdown or self.call_overhead_s or self.under_compute)
 
     @property
     def serial_equivalent(self) -> bool:
@@ -92,7 +128,9 @@ class Semantics:
         return self.threads == 1 or (self.concurrency_gain == 0.0 and self.compute_slowdown_many == self.compute_slowdown)
 
     def to_json(self) -> dict:
-        return asdict(self)
+        doc = asdict(self)
+        doc["under_compute"] = [list(p) for p in self.under_compute]
+        return doc
 
 
 NCCL = Semantics()
@@ -106,6 +144,9 @@ def semantics_from_json(doc: object, where: str = "semantics") -> Semantics:
     if unknown:
         raise CommschedError(f"{where}: unknown field {sorted(unknown)[0]!r}")
     try:
+        doc = dict(doc)
+        if isinstance(doc.get("under_compute"), list):
+            doc["under_compute"] = tuple(tuple(p) if isinstance(p, list) else p for p in doc["under_compute"])
         return Semantics(**doc)
     except TypeError as e:
         raise CommschedError(f"{where}: {e}") from None

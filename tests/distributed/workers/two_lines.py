@@ -16,10 +16,17 @@ from commsched.runtime.lifecycle import end_process_group
 MODE = sys.argv[2] if len(sys.argv) > 2 else "plain"  # plain | ddp_options | unused | unused_refused
 
 
-class WithUnused(common.Net):
+class WithUnused(nn.Module):
+    """common.Net with a layer that is never used, defined first: in DDP's reverse definition order
+    (its bucket order with find_unused_parameters=True) it comes last, in ready order nowhere."""
+
     def __init__(self) -> None:
         super().__init__()
-        self.never = nn.Linear(5, 5)  # never used in forward
+        self.never = nn.Linear(5, 5)
+        self.net = common.Net()
+
+    def forward(self, x):
+        return self.net(x)
 
 
 def main() -> None:
@@ -65,7 +72,8 @@ def main() -> None:
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     everyone = [torch.zeros_like(flat) for _ in range(dist.get_world_size())]
     dist.all_gather(everyone, flat)
-    common.emit({"rank": rank, "strategy": loaded.strategy, "buckets": len(loaded.buckets),
+    exact = dp.expression.exact if isinstance(dp, commsched.DataParallel) else None
+    common.emit({"rank": rank, "strategy": loaded.strategy, "buckets": len(loaded.buckets), "exact": exact,
                  "in_plan": sorted(loaded.tensor_order), "params": sorted(n for n, _ in model.named_parameters()),
                  "max_rel_diff": common.max_rel_diff(model, ref_model),
                  "same_on_all_ranks": all(torch.equal(everyone[0], e) for e in everyone)})
