@@ -120,3 +120,16 @@ def test_paired_speedup_takes_out_drift_between_rounds():
     assert r["speedup_vs_stock_ddp"] == pytest.approx(1.1) and r["speedup_ci95"] == pytest.approx([1.1, 1.1])
     # the same run against itself: exactly 1
     assert paired_speedup(stock, stock, 2, 50)["speedup_vs_stock_ddp"] == 1.0
+
+
+def test_the_table_drifts_with_the_anchors_measured_in_the_rounds():
+    from commsched.cost.models import Table
+    from commsched.runtime.validate import anchors_of, drifted
+
+    table = Table((1, 1024, 1 << 20, 1 << 24), (0.004, 0.004, 0.008, 0.1))
+    samples = [{"anchor_1024": 0.002, "anchor_16777216": 0.1}, {"anchor_1024": 0.002, "anchor_16777216": 0.1}]
+    t = drifted(table, anchors_of(samples))
+    assert t.time_s(1) == pytest.approx(0.002) and t.time_s(1024) == pytest.approx(0.002)  # halved, flat below
+    assert t.time_s(1 << 24) == pytest.approx(0.1)  # unchanged at the other anchor
+    assert t.time_s(1 << 20) == pytest.approx(0.008 * (0.5 + 0.5 * (20 - 10) / (24 - 10)))  # log-interpolated
+    assert drifted(table, {}) is table

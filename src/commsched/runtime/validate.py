@@ -22,9 +22,10 @@ with its defaults. Every rank, in lockstep:
    optimum, or the serial optimum where a gain or c2 is used);
 5. trains every strategy and stock DDP, interleaved round by round (A B C ... B C A ..., the order
    rotated each round), each from the same weights; speedups over stock DDP are paired by round;
-   each round also repeats the profile steps and one probe of step 3, so that what
-   predicts and what is predicted are measured over the same minutes (this machine's speed drifts
-   10-20% between minutes). After the rounds each variant runs recorded steps (stock DDP with a
+   each round also repeats the profile steps and one probe of step 3 (with the cost table's own
+   measurement at the probe sizes, by which the table is brought to the rounds' minutes), so that
+   what predicts and what is predicted are measured over the same minutes (this machine's compute
+   and all-reduce times drift 10-50% between minutes). After the rounds each variant runs recorded steps (stock DDP with a
    recording comm hook) for the measured timelines.
 
 Rank 0 prints predicted vs measured step time with the error and its 95% bootstrap interval, and the
@@ -36,6 +37,7 @@ the fastest strategy (``measured-trace.json``, ``measured-gantt.png``).
 from __future__ import annotations
 
 import copy
+import math
 import random
 import statistics
 import time
@@ -206,7 +208,9 @@ class _Probe:
       start (compute slowdown c2 while both are in flight);
     - for each probe size b: a chain of k all-reduces alone, and the same chain launched at the start
       of a backward pass (k sized so the chain takes about a third of the backward pass);
-    - for each gain size: one all-reduce alone and two launched together.
+    - for each gain size: one all-reduce alone and two launched together;
+    - at each probe size, the cost table's own measurement (:func:`bench_chains`' chain), so the
+      table measured before the rounds can be brought to the rounds' minutes (:func:`drifted`).
 
     Each forward runs first, untimed, and ranks meet at a barrier before each timed part.
     """
@@ -225,6 +229,8 @@ class _Probe:
             for s in self.sizes
         }
         self.pairs = {s: [torch.zeros(s // 4, device=device) for _ in range(2)] for s in GAIN_SIZES}
+        # the cost table's own measurement (chains of chain_length) at the probe sizes, every round
+        self.anchors = {s: [torch.zeros(s // 4, device=device) for _ in range(chain_length(s))] for s in self.sizes}
         self.ended_early = 0
 
     def _forward(self) -> torch.Tensor:
@@ -276,6 +282,9 @@ class _Probe:
                 w.wait()
             stamped.wait()
             out[f"chain_{s}"] = (alone, (done[0] - t0) / len(bufs))
+        for s, bufs in self.anchors.items():
+            dist.barrier()
+            out[f"anchor_{s}"] = _chain_s(bufs) / len(bufs)
         for s, (a, b) in self.pairs.items():
             dist.barrier()
             one = _chain_s([a])
@@ -385,6 +394,27 @@ def _compute_slowdown_two(samples: list[dict], c1: float) -> float | None:
     if o2 <= 0:
         return None
     return max(0.0, (med("backward_under_two_s") - med("backward_s") - c1 * max(0.0, o_any - o2)) / o2)
+
+
+def anchors_of(samples: list[dict]) -> dict[int, float]:
+    """Per probe size, the median per-call time of the cost table's chain in these samples."""
+    keys = [k for k in samples[0] if k.startswith("anchor_")]
+    return {int(k[7:]): statistics.median(s[k] for s in samples) for k in keys}
+
+
+def drifted(cost: Table, anchors: dict[int, float]) -> Table:
+    """The cost table measured before the rounds, brought to the rounds' minutes: scaled by the
+    ratio of the in-round to the table's time at the probe sizes, interpolated in log2(size) and
+    flat beyond them. On this machine all-reduce times drifted by a third between the minutes
+    before the rounds and the rounds themselves (mobilenet_v2: 4.4 ms against 2.2 ms per 16 KiB
+    call), like compute does; the profile is calibrated inside the rounds for the same reason."""
+    if not anchors:
+        return cost
+    sizes = sorted(anchors)
+    xs = [math.log2(b) for b in sizes]
+    ys = [anchors[b] / max(cost.time_s(b), 1e-12) for b in sizes]
+    scale = np.interp(np.log2(np.asarray(cost.bytes, dtype=np.float64)), xs, ys)
+    return Table(cost.bytes, tuple(float(t * f) for t, f in zip(cost.seconds, scale)))
 
 
 def semantics_of(contention: dict, backend: str) -> Semantics:
@@ -618,6 +648,8 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
     probes_all = _pooled(_gather(probes))
     contention = probe.report(probes_all, cfg.resamples, threads)
     semantics = semantics_of(contention, backend)
+    # predictions use the table brought to the rounds' minutes (the plans were made from the table as measured)
+    cost_in_rounds = drifted(cluster.allreduce, anchors_of(probes_all))
     timelines = _gather({name: _measured_timeline(recs) for name, recs in records.items()})
     all_times = _gather(times)
     # iteration time of a synchronous step is the slowest rank's
@@ -630,8 +662,8 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
     intervals = error_intervals(steps_table, probes_all, ends_of, cluster, measured, cfg.resamples, backend, threads)
     rows = {}
     for name, ends in ends_of.items():
-        tl = simulate_run(profile, ends, cluster.allreduce, semantics)
-        plain = simulate_run(profile, ends, cluster.allreduce, Semantics(semantics.backend, semantics.threads, semantics.concurrency_gain)).iteration_s  # no contention
+        tl = simulate_run(profile, ends, cost_in_rounds, semantics)
+        plain = simulate_run(profile, ends, cost_in_rounds, Semantics(semantics.backend, semantics.threads, semantics.concurrency_gain)).iteration_s  # no contention
         med = statistics.median(measured[name])
         before = plans[name].predicted.iteration_s if name in plans else None
         rows[name] = {
@@ -668,7 +700,8 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
         "steps_per_round": cfg.steps,
         "profile": _profile_summary(profile),
         "profile_before_run": _profile_summary(profile_before),
-        "cluster": cluster.to_json(),
+        "cluster": cluster.to_json(),  # as measured before the rounds (what the plans were made from)
+        "cluster_in_rounds": replace(cluster, allreduce=cost_in_rounds).to_json(),  # what predicts
         "fit": fit,
         "comm_samples": samples.to_json(),
         "semantics": semantics.to_json(),
@@ -693,7 +726,7 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
         report["ddp_caps_vs_stock_ddp"] = 1 / rows["ddp"]["speedup_vs_stock_ddp"] - 1
     best = min(rows, key=lambda k: rows[k]["measured_s"])
     report["best_measured"] = best
-    _write(report, records[best], profile, plans[best], cluster, semantics, Path(cfg.out_dir))
+    _write(report, records[best], profile, plans[best], replace(cluster, allreduce=cost_in_rounds), semantics, Path(cfg.out_dir))
     return report
 
 
@@ -730,7 +763,8 @@ def error_intervals(
     """95% bootstrap intervals of each strategy's prediction error (predicted / measured - 1).
 
     Each resample draws, with replacement, the profile steps (the profile is made again from them),
-    the probes (the semantics are fitted again) and each strategy's measured steps, and predicts
+    the probes (the semantics are fitted again, the cost table drifted again) and each strategy's
+    measured steps, and predicts
     again: so the interval holds the noise of both sides of the comparison. Steps are resampled
     independently, which is not exact either way: the machine's slow phases (seconds long)
     correlate neighbouring steps, which narrows the interval, while resampling each side on its own
@@ -743,11 +777,13 @@ def error_intervals(
     errors: dict[str, list[float]] = {name: [] for name in ends_of}
     for _ in range(resamples):
         profile = steps.profile([rng.randrange(k) for _ in range(k)])
-        sem = semantics_of(contention_of([probes[rng.randrange(p)] for _ in range(p)], 0, threads, decided=decided), backend)
+        pick = [probes[rng.randrange(p)] for _ in range(p)]
+        sem = semantics_of(contention_of(pick, 0, threads, decided=decided), backend)
+        cost = drifted(cluster.allreduce, anchors_of(pick))
         for name, ends in ends_of.items():
             ts = measured[name]
             med = statistics.median(ts[rng.randrange(len(ts))] for _ in range(len(ts)))
-            errors[name].append(simulate_run(profile, ends, cluster.allreduce, sem).iteration_s / med - 1)
+            errors[name].append(simulate_run(profile, ends, cost, sem).iteration_s / med - 1)
     return {name: _interval(es) for name, es in errors.items()}
 
 
