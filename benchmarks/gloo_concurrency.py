@@ -7,8 +7,8 @@ Run on the emulated 2-node cluster (as root, from the repo):
    together (gloo runs them on its two worker threads at once); median over repeats of the slowest
    rank's time. gain = 2 x one / together - 1 (0: they share the link; 1: they do not slow each other).
 2. resnet18 (batch 16, 64x64) backward pass alone, under one 160 MB all-reduce launched at its start,
-   and under two; compute slowdown c = (under - alone) / overlap, with overlap the time the
-   all-reduce(s) were in flight during the backward pass (c2 counts only the time both were).
+   and under two; compute slowdown c of the rate 1 / (1 + c) while the all-reduce was in flight
+   during the backward pass (c2: while both were), as `validate` estimates them.
 """
 
 from __future__ import annotations
@@ -90,13 +90,15 @@ def compute_under_allreduces(reps: int = 8) -> None:
     alone = slowest_median(backward[0])
     under1, o1 = slowest_median(backward[1]), slowest_median(overlap_any[1])
     under2, o_any, o_both = slowest_median(backward[2]), slowest_median(overlap_any[2]), slowest_median(overlap_both[2])
-    c1 = (under1 - alone) / o1
-    c2 = (under2 - alone - c1 * max(0.0, o_any - o_both)) / o_both
+    # compute at 1 / (1 + c) while in flight (the simulator's rate; validate's estimator): the
+    # work done during the overlap is what the time outside it did not do
+    c1 = o1 / (alone - (under1 - o1)) - 1
+    c2 = o_both / (alone - (under2 - o_any) - max(0.0, o_any - o_both) / (1 + c1)) - 1
     if dist.get_rank() == 0:
         print(
             f"\nresnet18 backward: alone {alone * 1e3:.1f} ms; under one all-reduce {under1 * 1e3:.1f} ms "
             f"(overlap {o1 * 1e3:.1f} ms): c = {c1:.2f}; under two {under2 * 1e3:.1f} ms (both in flight "
-            f"{o_both * 1e3:.1f} ms): c2 = {c2:.2f}; {reps} repeats each, slowest rank's median",
+            f"{o_both * 1e3:.1f} ms, at least one {o_any * 1e3:.1f} ms): c2 = {c2:.2f}; {reps} repeats each, slowest rank's median",
             flush=True,
         )
 
