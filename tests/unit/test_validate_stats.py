@@ -23,10 +23,11 @@ def probe(alone=1.0, under=1.5, overlap=1.0, chain=(0.002, 0.0024), pair=(0.01, 
 
 
 def test_contention_factors_from_probe_medians():
-    # compute: under = alone + c x overlap; an all-reduce that ended after 0.5 s slowed compute for 0.5 s only
+    # medians: alone 1.0, under 1.5, overlap 1.0 (the all-reduce ended 0.5 s before the backward
+    # pass): 0.5 s at full speed, so 0.5 s of work in the 1.0 s overlapped: rate 1/2, c = 1
     samples = [probe(1.0, 1.5, 1.0), probe(1.0, 1.4, 1.0), probe(3.0, 1.6, 0.5)]
     c = contention_of(samples)
-    assert c["compute_slowdown"] == pytest.approx((1.5 - 1.0) / 1.0) and c["samples"] == 3
+    assert c["compute_slowdown"] == pytest.approx(1.0) and c["samples"] == 3
     # the per-size factor under compute: the ratio of medians per probe size
     assert c["under_compute"] == [[16384, pytest.approx(1.2)]]
     # two at once taking twice as long as one: no gain
@@ -34,12 +35,56 @@ def test_contention_factors_from_probe_medians():
     assert c["compute_slowdown_concurrent"] is None
 
 
+def _simulated_probe(c: float, c2: float, allreduce_s: float, second_s: float, work_s: float = 1.0) -> dict:
+    """The probe's numbers as the simulator produces them: a backward pass of ``work_s`` with one
+    all-reduce of ``allreduce_s`` launched at its start, and with two (the second ``second_s``)."""
+    from commsched.sim.contention import simulate_run
+    from commsched.sim.semantics import Semantics
+
+    # a zero-work tensor carries the message (bytes = seconds x 1e6 at 1 us per byte), then the work
+    def run(messages_s: list[float]):
+        tensors = [TensorSpec(f"m{k}", int(s * 1e6), 0.0) for k, s in enumerate(messages_s)]
+        prof = ModelProfile("p", 1, "cpu", "measured", 0.0, (*tensors, TensorSpec("w", 4, work_s)))
+        sem = Semantics("gloo", 2, 0.0, c, 0.0, 0.0, c2)
+        tl = simulate_run(prof, tuple(range(1, len(tensors) + 2)), AlphaBeta(0.0, 1e-6), sem)
+        ends = sorted(s.end_s for s in tl.allreduces[: len(messages_s)])
+        return tl.compute_s, ends
+
+    under, (end,) = run([allreduce_s])
+    under2, ends = run([allreduce_s, second_s])
+    return {
+        "backward_s": work_s, "backward_under_allreduce_s": under, "overlap_s": min(end, under),
+        "backward_under_two_s": under2, "overlap_two_s": min(ends[0], under2), "overlap_any_s": min(ends[-1], under2),
+        "chain_16384": (0.002, 0.002), "pair_16384": (0.01, 0.02),
+    }
+
+
+@pytest.mark.parametrize(
+    "c, c2, allreduce_s, second_s",
+    [(0.9, 0.9, 5.0, 5.0), (0.5, 1.5, 1.0, 0.6), (2.0, 3.0, 0.7, 0.3), (0.1, 0.2, 0.05, 0.02)],
+)
+def test_contention_estimates_are_the_simulators_rates(c, c2, allreduce_s, second_s):
+    """The estimator inverts the simulator: probes simulated with compute at 1 / (1 + c) under one
+    all-reduce and 1 / (1 + c2) under two (the all-reduces outlasting the backward pass or ending
+    first) give back c and c2."""
+    sample = _simulated_probe(c, c2, allreduce_s, second_s)
+    est = contention_of([sample] * 3, threads=2)
+    assert est["compute_slowdown"] == pytest.approx(c) and est["compute_slowdown_concurrent_measured"] == pytest.approx(c2)
+
+
 def test_compute_slowdown_under_two_all_reduces_separates_the_time_only_one_was_in_flight():
-    # alone 1, c1 = 0.5 (1.5 under one for 1 s); under two: both in flight 0.5 s, one more 0.5 s:
-    # 2.0 = 1 + c2 x 0.5 + 0.5 x 0.5  ->  c2 = 1.5
+    # alone 1, c1 = 1 (1.5 under one: 0.5 s at full speed, 0.5 s of work in 1 s). Under two: 2.0 s,
+    # both in flight 0.5 s, only one 0.5 s (0.25 s of work), none 1 s (1 s of work): the 0.5 s with
+    # both did no work at all, which reads as the largest slowdown
+    from commsched.runtime.validate import MAX_COMPUTE_SLOWDOWN
+
     two = {"backward_under_two_s": 2.0, "overlap_two_s": 0.5, "overlap_any_s": 1.0}
     c = contention_of([probe(two=two)] * 3, threads=2)
-    assert c["compute_slowdown"] == pytest.approx(0.5) and c["compute_slowdown_concurrent"] == pytest.approx(1.5)
+    assert c["compute_slowdown"] == pytest.approx(1.0) and c["compute_slowdown_concurrent"] == pytest.approx(MAX_COMPUTE_SLOWDOWN)
+    # under two 1.7 s instead: 0.7 s without, 0.25 s with one, so 0.05 s of work in the 0.5 s with both
+    two = {"backward_under_two_s": 1.7, "overlap_two_s": 0.5, "overlap_any_s": 1.0}
+    c = contention_of([probe(two=two)] * 3, threads=2)
+    assert c["compute_slowdown_concurrent"] == pytest.approx(0.5 / 0.05 - 1)
 
 
 def test_a_gain_is_used_only_when_its_interval_excludes_zero():

@@ -359,7 +359,7 @@ def contention_of(
         "threads": threads,
         "compute_alone_s": alone_b,
         "compute_under_allreduce_s": under_b,
-        # under = alone + c x overlap: compute ran at 1 / (1 + c) while the all-reduce was in flight
+        # compute ran at 1 / (1 + c) while the all-reduce was in flight (see _compute_slowdown)
         "compute_slowdown": c1,
         "compute_slowdown_concurrent_measured": c2,
         "compute_slowdown_concurrent_minus_single_ci95": [diff_lo, diff_hi],
@@ -381,23 +381,45 @@ def _interval(values: list[float]) -> tuple[float, float]:
     return vs[cut], vs[len(vs) - 1 - cut]
 
 
+# a slower rate than this is read as "compute stopped" (a noisy median can imply a rate <= 0)
+MAX_COMPUTE_SLOWDOWN = 50.0
+
+
+def _slowdown_of_rate(work_s: float, wall_s: float) -> float:
+    """c such that ``work_s`` of uncontended compute took ``wall_s`` at the rate 1 / (1 + c)."""
+    if wall_s <= 0:
+        return 0.0
+    if work_s <= wall_s / (1.0 + MAX_COMPUTE_SLOWDOWN):
+        return MAX_COMPUTE_SLOWDOWN
+    return max(0.0, wall_s / work_s - 1.0)
+
+
 def _compute_slowdown(samples: list[dict]) -> float:
-    """c from under = alone + c x overlap, on medians."""
+    """c of the simulator's rate 1 / (1 + c) (:mod:`commsched.sim.contention`), from medians.
+
+    ``overlap_s`` is wall time, during the slowed backward pass, with the all-reduce in flight:
+    the backward pass did ``alone - (under - overlap)`` of its uncontended work in those
+    ``overlap`` seconds. (Reading under = alone + c x overlap instead, as this project did before,
+    gives the fraction of the overlap lost, 1 - 1 / (1 + c): c = 0.48 where the rate model's c is
+    0.92, and predictions of overlapped steps too short.)"""
     overlap = statistics.median(s["overlap_s"] for s in samples)
     under = statistics.median(s["backward_under_allreduce_s"] for s in samples)
     alone = statistics.median(s["backward_s"] for s in samples)
-    return max(0.0, (under - alone) / overlap) if overlap > 0 else 0.0
+    return _slowdown_of_rate(alone - (under - overlap), overlap) if overlap > 0 else 0.0
 
 
 def _compute_slowdown_two(samples: list[dict], c1: float) -> float | None:
-    """c2 from under2 = alone + c2 x (both in flight) + c1 x (only one in flight), on medians."""
+    """c2 of the rate 1 / (1 + c2) while both all-reduces were in flight: the backward pass did
+    ``alone - (under2 - any) - (any - two) / (1 + c1)`` of its work in the ``two`` seconds
+    (wall times: ``any`` with at least one in flight, ``two`` with both)."""
     if "backward_under_two_s" not in samples[0]:
         return None
     med = lambda key: statistics.median(s[key] for s in samples)  # noqa: E731
-    o2, o_any = med("overlap_two_s"), med("overlap_any_s")
+    o2, o_any, under = med("overlap_two_s"), med("overlap_any_s"), med("backward_under_two_s")
     if o2 <= 0:
         return None
-    return max(0.0, (med("backward_under_two_s") - med("backward_s") - c1 * max(0.0, o_any - o2)) / o2)
+    work = med("backward_s") - (under - o_any) - max(0.0, o_any - o2) / (1.0 + c1)
+    return _slowdown_of_rate(work, o2)
 
 
 def anchors_of(samples: list[dict]) -> dict[int, float]:
@@ -648,12 +670,7 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
             step()
         records[name] = rec.records[1:]
     steps_table = ProfileSteps.of(order, _gather(profile_steps.take()))
-    profile = steps_table.profile()
     probes_all = _pooled(_gather(probes))
-    contention = probe.report(probes_all, cfg.resamples, threads)
-    semantics = semantics_of(contention, backend)
-    # predictions use the table brought to the rounds' minutes (the plans were made from the table as measured)
-    cost_in_rounds = drifted(cluster.allreduce, anchors_of(probes_all))
     timelines = _gather({name: _measured_timeline(recs) for name, recs in records.items()})
     all_times = _gather(times)
     # iteration time of a synchronous step is the slowest rank's
@@ -661,38 +678,16 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
     if rank != 0:
         return None
 
+    profile = steps_table.profile()
     ends_of = {name: ends_of_plan(profile, plans[name]) for name in cfg.strategies}
     ends_of[STOCK] = DDP().ends(profile, cluster.allreduce)  # stock DDP's own buckets
-    intervals = error_intervals(steps_table, probes_all, ends_of, cluster, measured, cfg.resamples, backend, threads)
-    rows = {}
-    for name, ends in ends_of.items():
-        tl = simulate_run(profile, ends, cost_in_rounds, semantics)
-        plain = simulate_run(profile, ends, cost_in_rounds, Semantics(semantics.backend, semantics.threads, semantics.concurrency_gain)).iteration_s  # no contention
-        med = statistics.median(measured[name])
-        before = plans[name].predicted.iteration_s if name in plans else None
-        rows[name] = {
-            "buckets": len(ends),
-            "iteration_s": tl.iteration_s,
-            "measured_s": med,
-            "measured_min_s": min(measured[name]),
-            "measured_max_s": max(measured[name]),
-            "error": tl.iteration_s / med - 1,
-            "error_ci95": list(intervals[name]),
-            "predicted_before_run_s": before,
-            "error_before_run": None if before is None else before / med - 1,
-            "no_contention_s": plain,
-            "error_no_contention": plain / med - 1,
-            **paired_speedup(measured[STOCK], measured[name], cfg.steps, cfg.resamples),
-            "steps_s": measured[name],  # every timed step (slowest rank), in run order
-            "timeline": {
-                "predicted": {
-                    "backward_end_s": tl.compute_s,
-                    "allreduce_end_s": tl.iteration_s - profile.optimizer_s,
-                    "allreduce_busy_s": tl.comm_s,
-                },
-                "measured": {k: _max_or_none(t[name][k] for t in timelines) for k in timelines[0][name]},
-            },
-        }
+    before = {name: plan.predicted.iteration_s for name, plan in plans.items()}
+    contention = probe.report(probes_all, cfg.resamples, threads)
+    rows, semantics, cost_in_rounds = predictions(
+        steps_table, probes_all, contention, cluster, ends_of, before, measured, cfg.steps, cfg.resamples, backend, threads
+    )
+    for name, row in rows.items():
+        row["timeline"]["measured"] = {k: _max_or_none(t[name][k] for t in timelines) for k in timelines[0][name]}
     stock = rows.pop(STOCK)
     report = {
         "model": cfg.model,
@@ -732,6 +727,94 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
     report["best_measured"] = best
     _write(report, records[best], profile, plans[best], replace(cluster, allreduce=cost_in_rounds), semantics, Path(cfg.out_dir))
     return report
+
+
+def predictions(
+    steps_table: ProfileSteps,
+    probes: list[dict],
+    contention: dict,
+    cluster: ClusterSpec,
+    ends_of: dict[str, tuple[int, ...]],
+    before: dict[str, float],
+    measured: dict[str, list[float]],
+    steps: int,
+    resamples: int,
+    backend: str,
+    threads: int,
+) -> tuple[dict[str, dict], Semantics, Table]:
+    """Every variant's prediction from the numbers measured in the rounds, against its measured
+    steps: one row per variant (stock DDP under ``STOCK``), the semantics and the drifted cost table
+    that predicted. ``contention`` is :func:`contention_of` over ``probes``; ``before`` the plans'
+    own predictions (from the numbers before the rounds)."""
+    profile = steps_table.profile()
+    semantics = semantics_of(contention, backend)
+    # predictions use the table brought to the rounds' minutes (the plans were made from the table as measured)
+    cost_in_rounds = drifted(cluster.allreduce, anchors_of(probes))
+    intervals = error_intervals(steps_table, probes, ends_of, cluster, measured, resamples, backend, threads)
+    rows = {}
+    for name, ends in ends_of.items():
+        tl = simulate_run(profile, ends, cost_in_rounds, semantics)
+        plain = simulate_run(profile, ends, cost_in_rounds, Semantics(semantics.backend, semantics.threads, semantics.concurrency_gain)).iteration_s  # no contention
+        med = statistics.median(measured[name])
+        ahead = before.get(name)
+        rows[name] = {
+            "buckets": len(ends),
+            "iteration_s": tl.iteration_s,
+            "measured_s": med,
+            "measured_min_s": min(measured[name]),
+            "measured_max_s": max(measured[name]),
+            "error": tl.iteration_s / med - 1,
+            "error_ci95": list(intervals[name]),
+            "predicted_before_run_s": ahead,
+            "error_before_run": None if ahead is None else ahead / med - 1,
+            "no_contention_s": plain,
+            "error_no_contention": plain / med - 1,
+            **paired_speedup(measured[STOCK], measured[name], steps, resamples),
+            "steps_s": measured[name],  # every timed step (slowest rank), in run order
+            "timeline": {
+                "predicted": {
+                    "backward_end_s": tl.compute_s,
+                    "allreduce_end_s": tl.iteration_s - profile.optimizer_s,
+                    "allreduce_busy_s": tl.comm_s,
+                },
+            },
+        }
+    return rows, semantics, cost_in_rounds
+
+
+def repredict(report: dict, order: ModelProfile, resamples: int = 200) -> dict:
+    """``report`` (a ``validate.json``) with its predictions made again by this code from the raw
+    numbers it kept (profile steps, probes, the cost table, the plans, the measured steps); the
+    measurements are unchanged. ``order`` gives the tensors' names and bytes in ready order
+    (``profile.json`` of the same run)."""
+    from commsched.cost.cluster import cluster_from_json
+    from commsched.io import plan_from_json
+
+    raw = report["raw"]["profile_steps"]
+    steps_table = ProfileSteps(
+        order, tuple(raw["forward_end_s"]), tuple(tuple(r) for r in raw["ready_s"]), tuple(raw["optimizer_s"])
+    )
+    probes = report["raw"]["probes"]
+    threads = report["contention"]["threads"]
+    contention = contention_of(probes, resamples, threads)
+    cluster = cluster_from_json(report["cluster"])
+    plans = {name: plan_from_json(doc, where=name) for name, doc in report["plans"].items()}
+    profile = steps_table.profile()
+    ends_of = {name: ends_of_plan(profile, plan) for name, plan in plans.items()}
+    ends_of[STOCK] = DDP().ends(profile, cluster.allreduce)
+    measured = {name: row["steps_s"] for name, row in report["strategies"].items()}
+    measured[STOCK] = report["stock_ddp"]["steps_s"]
+    before = {name: plan.predicted.iteration_s for name, plan in plans.items()}
+    rows, semantics, cost_in_rounds = predictions(
+        steps_table, probes, contention, cluster, ends_of, before, measured, report["steps_per_round"], resamples, report["backend"], threads
+    )
+    old = {**report["strategies"], STOCK: report["stock_ddp"]}
+    for name, row in rows.items():
+        row["timeline"]["measured"] = old[name]["timeline"]["measured"]
+    stock = rows.pop(STOCK)
+    out = {**report, "strategies": rows, "stock_ddp": stock, "contention": {**report["contention"], **contention}, "semantics": semantics.to_json()}
+    out["cluster_in_rounds"] = replace(cluster, allreduce=cost_in_rounds).to_json()
+    return out
 
 
 def paired_speedup(stock: list[float], variant: list[float], steps: int, resamples: int, seed: int = 0) -> dict:
