@@ -42,6 +42,10 @@ def main() -> None:
     ap.add_argument("--timeout-s", default="3000")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--report-only", action="store_true", help="summarise the validate.json files already in --out")
+    ap.add_argument(
+        "--repredict", action="store_true",
+        help="with --report-only: make the predictions again with this code from each run's raw numbers (measurements unchanged)",
+    )
     args = ap.parse_args()
     reports = {}
     for model in args.models.split(","):
@@ -56,6 +60,11 @@ def main() -> None:
             print("$", " ".join(cmd[1:]), file=sys.stderr, flush=True)
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         reports[model] = json.loads((out / "validate.json").read_text())
+        if args.repredict:
+            from commsched.io import profile_from_json
+            from commsched.runtime.validate import repredict
+
+            reports[model] = repredict(reports[model], profile_from_json(json.loads((out / "profile.json").read_text())))
     print(f"Rate {args.rate_mbit} Mbit/s.\n")
     print("| model | strategy | buckets | predicted ms | measured ms (median [min, max]) | error [95% interval] | error, numbers before run | speedup vs stock DDP [95%] |")
     print("|---|---|---|---|---|---|---|---|")

@@ -67,6 +67,16 @@ def test_validate_end_to_end(tmp_path):
         assert (out / name).read_bytes()[:4] == b"\x89PNG"
     trace = json.loads((out / "measured-trace.json").read_text())
     assert any(e.get("cat") == "allreduce" for e in trace["traceEvents"])
+    # the report keeps what its predictions were made from: made again, they are the same
+    from commsched.io import profile_from_json
+    from commsched.runtime.validate import repredict
+
+    again = repredict(doc, profile_from_json(json.loads((out / "profile.json").read_text())), resamples=200)
+    assert again["semantics"] == sem
+    for name, row in [*doc["strategies"].items(), ("stock", doc["stock_ddp"])]:
+        new = again["stock_ddp"] if name == "stock" else again["strategies"][name]
+        assert new["iteration_s"] == row["iteration_s"] and new["error_ci95"] == row["error_ci95"], name
+        assert new["speedup_vs_stock_ddp"] == row["speedup_vs_stock_ddp"] and new["timeline"] == row["timeline"]
 
 
 def test_validate_outside_torchrun_is_a_clear_error():

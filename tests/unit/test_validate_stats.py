@@ -178,3 +178,14 @@ def test_the_table_drifts_with_the_anchors_measured_in_the_rounds():
     assert t.time_s(1 << 24) == pytest.approx(0.1)  # unchanged at the other anchor
     assert t.time_s(1 << 20) == pytest.approx(0.008 * (0.5 + 0.5 * (20 - 10) / (24 - 10)))  # log-interpolated
     assert drifted(table, {}) is table
+
+
+def test_compute_time_per_call_is_what_the_rate_does_not_explain():
+    # c = 1 (see above); a chain of 10 calls of 2 ms in flight 20 ms of a 1.2 s backward pass: the
+    # rate explains 10 ms of the 200 ms it lost, the other 190 ms are 19 ms per call
+    samples = [{**probe(1.0, 1.5, 1.0), "chain_16384": (0.002, 0.002, 1.2, 10)}] * 3
+    c = contention_of(samples)
+    assert c["compute_slowdown"] == pytest.approx(1.0)
+    assert c["compute_per_call_s"] == {"16384": pytest.approx(0.019)}
+    assert c["under_compute"] == [[16384, pytest.approx(1.0)]]
+    assert contention_of([probe()] * 3)["compute_per_call_s"] is None  # probes that did not keep it

@@ -281,11 +281,12 @@ class _Probe:
             dist.barrier()
             t0 = time.perf_counter()
             works, stamped, done = _launch_chain(bufs)
-            self._backward(loss)
+            under = self._backward(loss)
             for w in works:
                 w.wait()
             stamped.wait()
-            out[f"chain_{s}"] = (alone, (done[0] - t0) / len(bufs))
+            # per call alone, per call under compute, that backward pass, calls
+            out[f"chain_{s}"] = (alone, (done[0] - t0) / len(bufs), under, len(bufs))
         for s, bufs in self.anchors.items():
             dist.barrier()
             out[f"anchor_{s}"] = _chain_s(bufs) / len(bufs)
@@ -355,6 +356,16 @@ def contention_of(
     else:
         use_c2 = c2 is not None and threads > 1 and diff_lo is not None and not diff_lo <= 0 <= diff_hi
     c2_used = c2 if (use_c2 and c2 is not None) else None
+    # reported, not (yet) in the semantics: the backward pass's time under a chain beyond what the
+    # rate 1 / (1 + c) explains while the chain was in flight, per call (CPU time a call takes from
+    # compute on the rank's core); None for probes that did not keep it
+    compute_per_call = {}
+    for k in chain_keys:
+        if len(samples[0][k]) >= 4:
+            calls = samples[0][k][3]
+            under_chain = med(k, 2)
+            in_flight = min(calls * med(k, 1), under_chain)
+            compute_per_call[k[6:]] = (under_chain - alone_b - in_flight * c1 / (1.0 + c1)) / calls
     return {
         "threads": threads,
         "compute_alone_s": alone_b,
@@ -367,6 +378,7 @@ def contention_of(
         "compute_overlap_s": overlap,
         "under_compute": under_compute,
         "allreduce_per_call_s": {k: {"alone": a, "under_compute": u, "ratio": u / a} for k, (a, u) in per_size.items()},
+        "compute_per_call_s": compute_per_call or None,
         "concurrency_gain_measured": g,
         "concurrency_gain_ci95": [lo, hi],
         "concurrency_gain": used,
