@@ -3,12 +3,15 @@
 - ``DataParallel``: ``commsched.DataParallel(model, plan)`` with the ``ddp`` plan (DDP's own buckets,
   expressed as caps): after construction it is stock DDP, so any difference is noise;
 - ``recorded``: stock DDP with :class:`commsched.runtime.record.StepRecorder` attached (its comm
-  hook scales and reduces each bucket, post-accumulate hooks stamp every gradient).
+  hook scales and reduces each bucket, post-accumulate hooks stamp every gradient);
+- ``stock DDP again``: a second stock DDP, the A/A comparison: its interval against the first is
+  what this machine's noise alone gives, the floor under the others' intervals.
 
 Run on the emulated 2-node cluster (as root, from the repo):
     .venv/bin/commsched emulate --nodes 2 --rate-mbit 2000 -- benchmarks/overhead.py resnet18 16 64 30
-Arguments: model, batch size, image size (0 for token models), rounds. Each round runs one step of
-each variant in turn, ``PAIRS`` times, the order rotated each time (A B C, B C A, C A B, ...) so that
+Arguments: model, batch size, image size (0 for token models), rounds, and ``view`` to run every
+variant with ``gradient_as_bucket_view=True``. Each round runs one step of
+each variant in turn, ``PAIRS`` times, the order rotated each time (A B C D, B C D A, ...) so that
 no variant always runs first, after one untimed step of each. A step's
 time is the slowest rank's. Rank 0 prints each variant's median [min, max] and, per variant, the
 median of the per-round ratios to the stock step run next to it, with a 95% bootstrap interval:
@@ -41,6 +44,10 @@ PAIRS = 4
 
 def main() -> None:
     name, batch, image, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]) or None, int(sys.argv[4])
+    # "view": every variant with gradient_as_bucket_view=True, where stock DDP scales each bucket in
+    # place, as the recorder's hook does (with False it scales while copying gradients in, one pass
+    # fewer than a hook makes)
+    view = len(sys.argv) > 5 and sys.argv[5] == "view"
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     base = build_model(name)
@@ -51,9 +58,9 @@ def main() -> None:
     def variant(kind: str):
         m = copy.deepcopy(base)
         if kind == "DataParallel":
-            wrapped = DataParallel(m, plan)
+            wrapped = DataParallel(m, plan, gradient_as_bucket_view=view)
         else:
-            wrapped = nn.parallel.DistributedDataParallel(m)
+            wrapped = nn.parallel.DistributedDataParallel(m, gradient_as_bucket_view=view)
             if kind == "recorded":
                 StepRecorder(wrapped, order=profile.names)
         opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
@@ -67,7 +74,7 @@ def main() -> None:
 
         return step
 
-    variants = {k: variant(k) for k in ("stock DDP", "DataParallel", "recorded")}
+    variants = {k: variant(k) for k in ("stock DDP", "DataParallel", "recorded", "stock DDP again")}
     for step in variants.values():
         dist.barrier()
         step()
@@ -91,7 +98,7 @@ def main() -> None:
                 lo, hi = interval(ratios)
                 line += f"; vs stock DDP, median of paired ratios {statistics.median(ratios) - 1:+.2%} [{lo - 1:+.2%}, {hi - 1:+.2%}]"
             print(line, flush=True)
-        print(f"{name}: {len(plan.buckets)} buckets, {profile.total_bytes / 2**20:.1f} MiB of gradients")
+        print(f"{name}: {len(plan.buckets)} buckets, {profile.total_bytes / 2**20:.1f} MiB of gradients, gradient_as_bucket_view={view}")
     end_process_group(clean=True)
 
 
