@@ -11,8 +11,9 @@ Backends (``backend``, ``threads``):
   so up to ``threads`` all-reduces are in flight at once, over the same connections. With n in
   flight each progresses at (1 + concurrency_gain x (n - 1)) / n of its solo speed: gain 0 means
   they share the link (the total rate is that of one), gain 1 that they do not slow each other.
-  ``validate`` measures the gain (two all-reduces launched together against one after the other):
-  0 on the emulated cluster at every size from 4 KiB to 64 MiB (BENCHMARKS.md).
+  ``validate`` measures the gain (two all-reduces launched together against one after the other)
+  at 1 and 8 MiB: about 0 on the emulated cluster from 1 to 64 MiB (BENCHMARKS.md; below that a
+  call's time is mostly a wake-up, which two calls share even one after the other).
 
 DDP launches buckets in index order as they become ready (the reducer's ``next_bucket_``), so a
 bucket is launched when its last gradient is ready and every earlier bucket is launched.
@@ -22,7 +23,7 @@ Contention (LIBRA's g(b, r) in its simplest measured form, with a per-call term)
 - ``compute_slowdown`` c: while an all-reduce is in flight, backward compute runs at 1 / (1 + c);
   ``compute_slowdown_concurrent`` c2 (gloo): the same while two or more run at once (their threads
   compete with compute for the cores: measured on the emulated cluster, resnet18's backward pass
-  was slowed by 35% under one all-reduce and by 43% under two; None means c);
+  ran at 1 / 1.81 of its speed under one 160 MB all-reduce and 1 / 2.24 under two; None means c);
 - ``comm_slowdown`` m: while backward compute runs, an all-reduce progresses at 1 / (1 + m);
 - ``call_overhead_s`` d: an all-reduce launched while backward compute still has work to do costs
   d more seconds of its own work;
@@ -31,8 +32,8 @@ Contention (LIBRA's g(b, r) in its simplest measured form, with a per-call term)
   linearly in log2(b) between the points and flat beyond them (empty: 1). This is the size
   dependence of LIBRA's p(c, r) in the message size c, as ``validate`` measures it: chains of
   all-reduces of one size launched at the start of a backward pass against the same alone. On the
-  emulated cluster small all-reduces came out *faster* under compute (16 KiB: 0.67-0.75, the
-  rank's core never idles, so its wake-ups are quicker) and 1 MiB ones slower (1.10-1.23)
+  emulated cluster small all-reduces came out *faster* under compute (16 KiB: 0.40-0.75, the
+  rank's core never idles, so its wake-ups are quicker) and 1 MiB ones slower (1.14-1.28)
   (BENCHMARKS.md); no single factor or (1 + m)(T + d) form fits both.
 
 Because the factor and d are charged as work when a bucket is launched, every rate in the run
