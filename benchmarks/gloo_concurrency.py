@@ -21,6 +21,7 @@ import torch.distributed as dist
 import torchvision
 
 from commsched.runtime.lifecycle import end_process_group
+from commsched.runtime.validate import slowdown_of_rate
 
 
 def slowest_median(values: list[float]) -> float:
@@ -90,10 +91,10 @@ def compute_under_allreduces(reps: int = 8) -> None:
     alone = slowest_median(backward[0])
     under1, o1 = slowest_median(backward[1]), slowest_median(overlap_any[1])
     under2, o_any, o_both = slowest_median(backward[2]), slowest_median(overlap_any[2]), slowest_median(overlap_both[2])
-    # compute at 1 / (1 + c) while in flight (the simulator's rate; validate's estimator): the
+    # compute at 1 / (1 + c) while in flight (the simulator's rate, as validate estimates it): the
     # work done during the overlap is what the time outside it did not do
-    c1 = o1 / (alone - (under1 - o1)) - 1
-    c2 = o_both / (alone - (under2 - o_any) - max(0.0, o_any - o_both) / (1 + c1)) - 1
+    c1 = slowdown_of_rate(alone - (under1 - o1), o1)
+    c2 = slowdown_of_rate(alone - (under2 - o_any) - max(0.0, o_any - o_both) / (1 + c1), o_both)
     if dist.get_rank() == 0:
         print(
             f"\nresnet18 backward: alone {alone * 1e3:.1f} ms; under one all-reduce {under1 * 1e3:.1f} ms "

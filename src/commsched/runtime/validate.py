@@ -397,7 +397,7 @@ def _interval(values: list[float]) -> tuple[float, float]:
 MAX_COMPUTE_SLOWDOWN = 50.0
 
 
-def _slowdown_of_rate(work_s: float, wall_s: float) -> float:
+def slowdown_of_rate(work_s: float, wall_s: float) -> float:
     """c such that ``work_s`` of uncontended compute took ``wall_s`` at the rate 1 / (1 + c)."""
     if wall_s <= 0:
         return 0.0
@@ -417,7 +417,7 @@ def _compute_slowdown(samples: list[dict]) -> float:
     overlap = statistics.median(s["overlap_s"] for s in samples)
     under = statistics.median(s["backward_under_allreduce_s"] for s in samples)
     alone = statistics.median(s["backward_s"] for s in samples)
-    return _slowdown_of_rate(alone - (under - overlap), overlap) if overlap > 0 else 0.0
+    return slowdown_of_rate(alone - (under - overlap), overlap) if overlap > 0 else 0.0
 
 
 def _compute_slowdown_two(samples: list[dict], c1: float) -> float | None:
@@ -431,7 +431,7 @@ def _compute_slowdown_two(samples: list[dict], c1: float) -> float | None:
     if o2 <= 0:
         return None
     work = med("backward_s") - (under - o_any) - max(0.0, o_any - o2) / (1.0 + c1)
-    return _slowdown_of_rate(work, o2)
+    return slowdown_of_rate(work, o2)
 
 
 def anchors_of(samples: list[dict]) -> dict[int, float]:
@@ -691,12 +691,9 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
         return None
 
     profile = steps_table.profile()
-    ends_of = {name: ends_of_plan(profile, plans[name]) for name in cfg.strategies}
-    ends_of[STOCK] = DDP().ends(profile, cluster.allreduce)  # stock DDP's own buckets
-    before = {name: plan.predicted.iteration_s for name, plan in plans.items()}
     contention = probe.report(probes_all, cfg.resamples, threads)
     rows, semantics, cost_in_rounds = predictions(
-        steps_table, probes_all, contention, cluster, ends_of, before, measured, cfg.steps, cfg.resamples, backend, threads
+        steps_table, probes_all, contention, cluster, plans, measured, cfg.steps, cfg.resamples, backend, threads
     )
     for name, row in rows.items():
         row["timeline"]["measured"] = {k: _max_or_none(t[name][k] for t in timelines) for k in timelines[0][name]}
@@ -746,8 +743,7 @@ def predictions(
     probes: list[dict],
     contention: dict,
     cluster: ClusterSpec,
-    ends_of: dict[str, tuple[int, ...]],
-    before: dict[str, float],
+    plans: dict[str, Plan],
     measured: dict[str, list[float]],
     steps: int,
     resamples: int,
@@ -755,10 +751,12 @@ def predictions(
     threads: int,
 ) -> tuple[dict[str, dict], Semantics, Table]:
     """Every variant's prediction from the numbers measured in the rounds, against its measured
-    steps: one row per variant (stock DDP under ``STOCK``), the semantics and the drifted cost table
-    that predicted. ``contention`` is :func:`contention_of` over ``probes``; ``before`` the plans'
-    own predictions (from the numbers before the rounds)."""
+    steps: one row per plan and one for stock DDP's own buckets (under ``STOCK``), the semantics and
+    the drifted cost table that predicted. ``contention`` is :func:`contention_of` over ``probes``;
+    each plan carries its own prediction, made from the numbers before the rounds."""
     profile = steps_table.profile()
+    ends_of = {name: ends_of_plan(profile, plan) for name, plan in plans.items()}
+    ends_of[STOCK] = DDP().ends(profile, cluster.allreduce)  # stock DDP's own buckets
     semantics = semantics_of(contention, backend)
     # predictions use the table brought to the rounds' minutes (the plans were made from the table as measured)
     cost_in_rounds = drifted(cluster.allreduce, anchors_of(probes))
@@ -768,7 +766,7 @@ def predictions(
         tl = simulate_run(profile, ends, cost_in_rounds, semantics)
         plain = simulate_run(profile, ends, cost_in_rounds, Semantics(semantics.backend, semantics.threads, semantics.concurrency_gain)).iteration_s  # no contention
         med = statistics.median(measured[name])
-        ahead = before.get(name)
+        ahead = plans[name].predicted.iteration_s if name in plans else None
         rows[name] = {
             "buckets": len(ends),
             "iteration_s": tl.iteration_s,
@@ -811,14 +809,10 @@ def repredict(report: dict, order: ModelProfile, resamples: int = 200) -> dict:
     contention = contention_of(probes, resamples, threads)
     cluster = cluster_from_json(report["cluster"])
     plans = {name: plan_from_json(doc, where=name) for name, doc in report["plans"].items()}
-    profile = steps_table.profile()
-    ends_of = {name: ends_of_plan(profile, plan) for name, plan in plans.items()}
-    ends_of[STOCK] = DDP().ends(profile, cluster.allreduce)
     measured = {name: row["steps_s"] for name, row in report["strategies"].items()}
     measured[STOCK] = report["stock_ddp"]["steps_s"]
-    before = {name: plan.predicted.iteration_s for name, plan in plans.items()}
     rows, semantics, cost_in_rounds = predictions(
-        steps_table, probes, contention, cluster, ends_of, before, measured, report["steps_per_round"], resamples, report["backend"], threads
+        steps_table, probes, contention, cluster, plans, measured, report["steps_per_round"], resamples, report["backend"], threads
     )
     old = {**report["strategies"], STOCK: report["stock_ddp"]}
     for name, row in rows.items():
