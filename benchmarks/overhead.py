@@ -2,8 +2,9 @@
 
 - ``DataParallel``: ``commsched.DataParallel(model, plan)`` with the ``ddp`` plan (DDP's own buckets,
   expressed as caps): after construction it is stock DDP, so any difference is noise;
-- ``recorded``: stock DDP with :class:`commsched.runtime.record.StepRecorder` attached (its comm
-  hook scales and reduces each bucket, post-accumulate hooks stamp every gradient);
+- ``recorded``: stock DDP with :class:`commsched.runtime.record.StepRecorder` attached (its process
+  group between DDP's reducer and gloo stamps each bucket, post-accumulate hooks stamp every
+  gradient); rank 0 also prints the time spent in the recorder's own calls per step (``own_s``);
 - ``stock DDP again``: a second stock DDP, the A/A comparison: its interval against the first is
   what this machine's noise alone gives, the floor under the others' intervals.
 
@@ -44,9 +45,8 @@ PAIRS = 4
 
 def main() -> None:
     name, batch, image, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]) or None, int(sys.argv[4])
-    # "view": every variant with gradient_as_bucket_view=True, where stock DDP scales each bucket in
-    # place, as the recorder's hook does (with False it scales while copying gradients in, one pass
-    # fewer than a hook makes)
+    # "view": every variant with gradient_as_bucket_view=True (DDP then scales each bucket in place
+    # instead of while copying gradients in)
     view = len(sys.argv) > 5 and sys.argv[5] == "view"
     dist.init_process_group("gloo")
     torch.manual_seed(0)
@@ -55,6 +55,8 @@ def main() -> None:
     profile = zoo_profile(name, batch, "V100", image_size=image)  # the ready order and sizes DDP buckets by
     plan = make_plan(DDP(), profile, AlphaBeta(1e-3, 1e-9))  # DDP's layout does not depend on costs
 
+    recorders = []
+
     def variant(kind: str):
         m = copy.deepcopy(base)
         if kind == "DataParallel":
@@ -62,7 +64,7 @@ def main() -> None:
         else:
             wrapped = nn.parallel.DistributedDataParallel(m, gradient_as_bucket_view=view)
             if kind == "recorded":
-                StepRecorder(wrapped, order=profile.names)
+                recorders.append(StepRecorder(wrapped, order=profile.names))
         opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
 
         def step() -> float:
@@ -98,6 +100,10 @@ def main() -> None:
                 lo, hi = interval(ratios)
                 line += f"; vs stock DDP, median of paired ratios {statistics.median(ratios) - 1:+.2%} [{lo - 1:+.2%}, {hi - 1:+.2%}]"
             print(line, flush=True)
+        rec = recorders[0]
+        own = rec.own_s / len(rec.records)  # every recorded step, the untimed first one included
+        print(f"{name} recorded: the recorder's own calls took {own * 1e3:.3f} ms per step on rank 0 "
+              f"({own / statistics.median(slowest['recorded']):.3%} of the median recorded step)")
         print(f"{name}: {len(plan.buckets)} buckets, {profile.total_bytes / 2**20:.1f} MiB of gradients, gradient_as_bucket_view={view}")
     end_process_group(clean=True)
 

@@ -16,7 +16,7 @@ def _check(mode: str, tol: float, bitwise: bool = True):
         assert set(doc["results"]) == set(ALL)
         for name, r in doc["results"].items():
             assert r["max_rel_diff"] <= tol, (mode, name, r["max_rel_diff"])
-            if bitwise:  # the recording hook scales as DDP's reducer does: the very same bits
+            if bitwise:  # DDP's own path, recorded: the very same bits
                 assert r["bit_identical"], (mode, name, r["max_rel_diff"])
             assert r["recorded_steps"] == 20, (mode, name)  # one record per reducing step
             # from the step after DDP's rebuild on, the buckets reduced are the ones promised,

@@ -8,7 +8,7 @@ Two ways, the same buckets:
   dies or hangs while the model is wrapped is a clear error on the others within ``timeout_s``
   (stock DDP waits the process group's timeout, 30 minutes by default, or raises gloo's raw error);
   with ``record=True`` every step's timeline is recorded (:mod:`commsched.runtime.record`).
-  After construction it *is* stock DDP: same reducer, same comm path (without ``record``, no hook).
+  After construction it *is* stock DDP: same reducer, same comm path, no comm hook (recording or not).
 
 What DDP does with the caps, from the first step on, is in :mod:`commsched.ddp_buckets`: iteration 0
 buckets the parameters in definition order with the same caps; from iteration 1 (after DDP's bucket

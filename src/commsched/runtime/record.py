@@ -1,33 +1,38 @@
 """Record what stock ``DistributedDataParallel`` does in each step, as the simulator's Timeline.
 
-:class:`StepRecorder` attaches to a DDP model through its public hooks only:
+:class:`StepRecorder` attaches to a DDP model after construction and changes nothing DDP computes:
 
-- a DDP comm hook (``register_comm_hook``) stamps each bucket's launch (the reducer calls the hook
-  the moment the bucket is ready and every bucket before it launched; the all-reduce may then wait
-  in gloo's queue, so this is the launch, not the start of execution) and, from the all-reduce
-  future's completion callback, its end; it scales the bucket by 1/world before the all-reduce, as
-  stock DDP's reducer does without a hook (a multiplication while copying gradients in; with
-  ``gradient_as_bucket_view=True`` a division of the bucket), so the gradients are those of stock
-  DDP, bit for bit in the tests (world size 2, the default ``gradient_as_bucket_view=False``);
+- DDP's reducer issues every bucket's all-reduce through its process group. The recorder hands the
+  reducer (and only the reducer: ``ddp.process_group`` stays the user's) a
+  :class:`RecordingGroup`, a ``ProcessGroup`` written in Python that passes every collective to the
+  real group and, for each floating-point all-reduce, stamps its launch and, from the returned
+  work's future, its end. The reducer launches buckets in index order the moment a bucket and every
+  bucket before it are ready; the all-reduce may then wait in gloo's queue, so the stamp is the
+  launch, not the start of execution. DDP keeps its own comm path (no comm hook): it still scales
+  gradients by 1/world while copying them into its buckets, so the recorder adds no pass over them
+  and the gradients are stock DDP's bit for bit (the tests compare them). Integer all-reduces (the
+  unused-parameter map of ``find_unused_parameters=True``) and broadcasts pass through unrecorded.
 - ``register_post_accumulate_grad_hook`` on every trainable parameter stamps when its gradient is
   ready (the moment DDP's own hook on the same accumulator marks it ready);
-- forward pre- and post-hooks on the DDP module stamp the step's start and the end of forward;
+- forward pre- and post-hooks on the DDP module stamp the step's start and the end of forward; the
+  post-hook also reads the bucket layout from the reducer when DDP has (re)built its buckets
+  (``_get_zeros_like_grad_buckets``: twice in a run, before the first step and after the rebuild);
 - an autograd engine callback closes the step after DDP's own end-of-backward callback (which waits
   for every bucket and copies the averaged gradients back). DDP queues that one once its last
   bucket is launched; the engine runs callbacks in the order queued, including those queued by a
-  running callback. So the first bucket's hook queues a callback that queues the closing one, which
-  then lands behind DDP's.
+  running callback. So the first bucket's launch queues a callback that queues the closing one,
+  which then lands behind DDP's.
 
 A step is recorded when its forward ran with gradients enabled outside ``no_sync()`` (the steps
 that reduce). Times are seconds since the start of that forward. On CUDA, host stamps of NCCL
 work would be enqueue times: there the recorder records CUDA events instead (written against the
 documented API; no GPU has run it, see the README).
 
-The cost: one Python call per bucket and per parameter, and the in-place scaling of each bucket.
-With the default ``gradient_as_bucket_view=False`` that scaling is one more pass over the gradients
-than stock DDP makes (it scales while copying them in, which it does only without a hook: on this
-project's CPU, 7.9 ms for resnet50's 98 MB, about 1% of its step); with ``True`` stock DDP makes
-the same pass. BENCHMARKS.md measures the whole against stock DDP without a hook.
+The cost: one Python call per gradient and per collective, and the bucket layout read twice per
+run. :attr:`StepRecorder.own_s` adds up the time spent inside the recorder's own calls, a direct
+measurement of what it takes from the step; BENCHMARKS.md measures the whole against stock DDP
+without a recorder. The reducer's private ``_update_process_group`` (torch >= 2.1) and
+``_get_zeros_like_grad_buckets`` are the two non-public calls this relies on.
 """
 
 from __future__ import annotations
@@ -40,7 +45,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from commsched.errors import CommschedError
 from commsched.types import Span, Timeline
+
+
+_END_STAMP_WAIT_S = 1.0  # at most this long for end stamps still missing when records are read; then nan
 
 
 @dataclass(frozen=True)
@@ -106,32 +115,80 @@ def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return out
 
 
+class RecordingGroup(dist.ProcessGroup):
+    """A process group that passes every collective to ``inner`` and tells ``recorder`` (held
+    weakly) of each floating-point all-reduce: the reducer's buckets (module docstring)."""
+
+    def __init__(self, inner: dist.ProcessGroup, recorder: StepRecorder) -> None:
+        super().__init__(inner.rank(), inner.size())
+        self.inner = inner
+        self._recorder = weakref.ref(recorder)
+
+    def getBackendName(self) -> str:  # noqa: N802 - the ProcessGroup method's name
+        return self.inner.name()
+
+    def allreduce(self, tensors, opts=None):
+        rec = self._recorder()
+        if rec is None or not rec._armed or not (tensors[0].is_floating_point() or tensors[0].is_complex()):
+            return self.inner.allreduce(tensors, opts if opts is not None else dist.AllreduceOptions())
+        t = time.perf_counter()
+        start = rec._now()
+        own = time.perf_counter() - t
+        work = self.inner.allreduce(tensors, opts if opts is not None else dist.AllreduceOptions())
+        t = time.perf_counter()
+        rec._launched(start, tensors[0], work)
+        rec.own_s += own + time.perf_counter() - t
+        return work
+
+    def broadcast(self, tensors, opts=None):
+        return self.inner.broadcast(tensors, opts if opts is not None else dist.BroadcastOptions())
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        return self.inner.allgather(output_tensors, input_tensors, opts if opts is not None else dist.AllgatherOptions())
+
+    def barrier(self, opts=None):
+        return self.inner.barrier(opts if opts is not None else dist.BarrierOptions())
+
+
 class StepRecorder:
     """Records every reducing step of a DDP model (see the module docstring); ``records`` holds them.
 
-    Attach it before the first step (DDP takes one comm hook, before training). ``names`` maps
-    parameters to names (default: the wrapped module's ``named_parameters``); ``order`` fixes the
-    order of ``ready_s`` (default: the order in which gradients became ready in the first step).
+    Attach it before the first step or between steps, never inside one. ``order`` fixes the order of
+    ``ready_s`` (default: the order in which gradients became ready in the first recorded step).
+    ``own_s`` adds up the time spent inside the recorder's calls on the training thread since it was
+    attached (seconds, this rank; the end stamps run on the communication thread and are left out).
+    A comm hook registered later replaces the reducer's all-reduces, and then no bucket is recorded.
     """
 
     def __init__(self, ddp: nn.parallel.DistributedDataParallel, order: tuple[str, ...] | None = None) -> None:
-        # weakly: DDP's reducer holds this recorder (the comm hook's state) from C++, where Python's
-        # collector cannot see the cycle a strong reference back would close
-        self._ddp = weakref.ref(ddp)
-        self.records: list[StepRecord] = []
+        if getattr(ddp, "_commsched_recorder", None) is not None:
+            raise CommschedError("this DistributedDataParallel already has a StepRecorder: remove() it first")
+        if getattr(ddp, "_comm_hooks", None):
+            raise CommschedError(
+                "this DistributedDataParallel has a comm hook, which issues the all-reduces instead of DDP's "
+                "reducer: StepRecorder records the reducer's own all-reduces (stock DDP without a hook)"
+            )
+        self._ddp = weakref.ref(ddp)  # the group the reducer holds refers back to this recorder
+        self._records: list[StepRecord] = []
+        self._pending: list[tuple] = []  # closed steps not yet made StepRecords (see _close)
         named = [(n, p) for n, p in ddp.module.named_parameters() if p.requires_grad]
         self._name_of = {id(p): n for n, p in named}
         self._order = tuple(order) if order is not None else None
-        self._world = dist.get_world_size(ddp.process_group)
-        self._divide = bool(ddp.gradient_as_bucket_view)
-        self._group = ddp.process_group
         self._cuda = next(iter(ddp.module.parameters())).is_cuda
         self._armed = False
+        self._layout: list[tuple[str, ...]] | None = None  # names per DDP bucket, read from the reducer
+        self._layout_rebuilt: bool | None = None  # DDP's _has_rebuilt_buckets when it was read
+        self.own_s = 0.0
         self._reset()
         self._handles = [p.register_post_accumulate_grad_hook(self._make_ready_hook(n)) for n, p in named]
         self._handles.append(ddp.register_forward_pre_hook(self._on_forward_start))
         self._handles.append(ddp.register_forward_hook(self._on_forward_end))
-        ddp.register_comm_hook(self, _recording_hook)
+        self._inner = ddp.process_group
+        # only the reducer's pointer: the Python side keeps the user's group, and the reducer keeps
+        # its buckets and state (ddp._update_process_group would also reset them)
+        self.group = RecordingGroup(self._inner, self)
+        ddp.reducer._update_process_group(self.group)
+        ddp._commsched_recorder = self
 
     # --- per step -------------------------------------------------------------------------------
 
@@ -139,7 +196,7 @@ class StepRecorder:
         self._t0 = 0.0
         self._forward_end = 0.0
         self._ready: dict[str, float] = {}
-        self._buckets: dict[int, list] = {}  # index -> [start, end, bytes, names]
+        self._buckets: list[list] = []  # per launch: [start, end, bytes]
         self._closing = False
 
     def _now(self):
@@ -150,81 +207,104 @@ class StepRecorder:
         return time.perf_counter()
 
     def _on_forward_start(self, module, _args) -> None:
+        t = time.perf_counter()
         self._armed = torch.is_grad_enabled() and module.require_backward_grad_sync
         if self._armed:
             self._reset()
             self._t0 = self._now()
+        self.own_s += time.perf_counter() - t
 
-    def _on_forward_end(self, _module, _args, _out) -> None:
+    def _on_forward_end(self, module, _args, _out) -> None:
+        t = time.perf_counter()
         if self._armed:
             self._forward_end = self._now()
+            # DDP (re)builds its buckets in its forward, before this hook: read the layout when it did
+            rebuilt = bool(getattr(module, "_has_rebuilt_buckets", False))
+            if self._layout is None or rebuilt != self._layout_rebuilt:
+                self._layout = [
+                    tuple(self._name_of[id(p)] for p in b.parameters()) for b in module.reducer._get_zeros_like_grad_buckets()
+                ]
+                self._layout_rebuilt = rebuilt
+        self.own_s += time.perf_counter() - t
 
     def _make_ready_hook(self, name: str):
         def hook(_param: torch.Tensor) -> None:
+            t = time.perf_counter()
             if self._armed and name not in self._ready:
                 self._ready[name] = self._now()
+            self.own_s += time.perf_counter() - t
 
         return hook
+
+    def _launched(self, start, tensor: torch.Tensor, work) -> None:
+        """A bucket's all-reduce was launched at ``start`` (called by :class:`RecordingGroup`)."""
+        entry = [start, None, tensor.numel() * tensor.element_size()]
+        self._buckets.append(entry)
+        if not self._closing:
+            self._closing = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._close_after_ddp)
+
+        def done(_f) -> None:
+            entry[1] = self._now()
+
+        work.get_future().add_done_callback(done)  # runs on the communication thread
 
     def _close_after_ddp(self) -> None:
         torch.autograd.Variable._execution_engine.queue_callback(self._close)
 
     def _close(self) -> None:
-        """End of backward, after DDP's own finalisation (see the module docstring)."""
+        """End of backward, after DDP's own finalisation (see the module docstring). The step is
+        kept raw and becomes a StepRecord when ``records`` is read, so nothing waits in the step for
+        the end stamps (a future's callbacks run just after DDP's wait on it returned, on the thread
+        that completed it)."""
         end = self._now()
+        t = time.perf_counter()
+        self._pending.append((self._t0, self._forward_end, self._ready, self._buckets, end, self._layout or []))
+        self._armed = False
+        self.own_s += time.perf_counter() - t
+
+    @property
+    def records(self) -> list[StepRecord]:
+        """The recorded steps, oldest first (the list itself: clearing it forgets them)."""
+        if self._pending:
+            if self._cuda:
+                torch.cuda.synchronize()
+            give_up = time.perf_counter() + _END_STAMP_WAIT_S
+            while any(e[1] is None for p in self._pending for e in p[3]) and time.perf_counter() < give_up:
+                time.sleep(0)  # releases the GIL to the communication thread
+            pending, self._pending = self._pending, []
+            self._records.extend(self._record(*p) for p in pending)
+        return self._records
+
+    def _record(self, t0, forward_end, ready_at: dict, buckets: list, end, layout: list) -> StepRecord:
         if self._cuda:
-            torch.cuda.synchronize()
-        rel = self._seconds
-        ready = {n: rel(t) for n, t in self._ready.items()}
+            def rel(stamp) -> float:
+                return t0.elapsed_time(stamp) / 1e3
+        else:
+            def rel(stamp) -> float:
+                return stamp - t0
+        ready = {n: rel(t) for n, t in ready_at.items()}
         if self._order is None:
             self._order = tuple(sorted(ready, key=ready.get))  # first step: the ready order
-        idx = sorted(self._buckets)
-        b = self._buckets
-        self.records.append(
-            StepRecord(
-                forward_end_s=rel(self._forward_end),
-                ready_s=tuple(ready.get(n, float("nan")) for n in self._order),
-                bucket_start_s=tuple(rel(b[j][0]) for j in idx),
-                bucket_end_s=tuple(rel(b[j][1]) if b[j][1] is not None else float("nan") for j in idx),
-                bucket_bytes=tuple(b[j][2] for j in idx),
-                step_end_s=rel(end),
-                tensor_names=self._order,
-                bucket_tensors=tuple(b[j][3] for j in idx),
-            )
+        return StepRecord(
+            forward_end_s=rel(forward_end),
+            ready_s=tuple(ready.get(n, float("nan")) for n in self._order),
+            bucket_start_s=tuple(rel(e[0]) for e in buckets),
+            # a late stamp (callback latency) is capped at the close: DDP had seen the end by then
+            bucket_end_s=tuple(min(rel(e[1]), rel(end)) if e[1] is not None else float("nan") for e in buckets),
+            bucket_bytes=tuple(e[2] for e in buckets),
+            step_end_s=rel(end),
+            tensor_names=self._order,
+            bucket_tensors=tuple(layout[j] if j < len(layout) else () for j in range(len(buckets))),
         )
-        self._armed = False
-
-    def _seconds(self, stamp) -> float:
-        if self._cuda:
-            return self._t0.elapsed_time(stamp) / 1e3
-        return stamp - self._t0
 
     def remove(self) -> None:
-        """Stop recording (the comm hook stays: DDP cannot unregister one; it keeps scaling and reducing)."""
+        """Stop recording: the hooks go and the reducer gets its own process group back."""
         for h in self._handles:
             h.remove()
         self._handles = []
         self._armed = False
-
-
-def _recording_hook(rec, bucket):  # no annotations: DDP checks them, and they are strings here (PEP 563)
-    buf = bucket.buffer()
-    if rec._divide:  # what the reducer does without a hook (module docstring)
-        buf.div_(rec._world)
-    else:
-        buf.mul_(1.0 / rec._world)
-    armed = rec._armed
-    if armed:
-        if not rec._closing:
-            rec._closing = True
-            torch.autograd.Variable._execution_engine.queue_callback(rec._close_after_ddp)
-        entry = [rec._now(), None, buf.numel() * buf.element_size(), tuple(rec._name_of[id(p)] for p in bucket.parameters())]
-        rec._buckets[bucket.index()] = entry
-    fut = dist.all_reduce(buf, group=rec._group, async_op=True).get_future()
-
-    def done(f: torch.futures.Future) -> torch.Tensor:
-        if armed:
-            entry[1] = rec._now()
-        return f.value()[0]
-
-    return fut.then(done)
+        ddp = self._ddp()
+        if ddp is not None:
+            ddp.reducer._update_process_group(self._inner)
+            ddp._commsched_recorder = None

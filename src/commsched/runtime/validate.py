@@ -25,8 +25,8 @@ with its defaults. Every rank, in lockstep:
    each round also repeats the profile steps and one probe of step 3 (with the cost table's own
    measurement at the probe sizes, by which the table is brought to the rounds' minutes), so that
    what predicts and what is predicted are measured over the same minutes (this machine's compute
-   and all-reduce times drift 10-50% between minutes). After the rounds each variant runs recorded steps (stock DDP with a
-   recording comm hook) for the measured timelines.
+   and all-reduce times drift 10-50% between minutes). After the rounds each variant runs recorded steps (stock DDP,
+   :class:`~commsched.runtime.record.StepRecorder`) for the measured timelines.
 
 Rank 0 prints predicted vs measured step time with the error and its 95% bootstrap interval, and the
 measured speedup over stock DDP's defaults with its interval, and writes ``validate.json``,
@@ -670,7 +670,7 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
                 times[name].append(step())
         if (r + 1) % max(1, cfg.rounds // 6) == 0 or r + 1 == cfg.rounds:
             say(f"  round {r + 1}/{cfg.rounds} done")
-    # recorded steps (stock DDP with the recording comm hook): where the time went, per variant
+    # recorded steps (stock DDP with a StepRecorder): where the time went, per variant
     records: dict[str, list] = {}
     for name, (_, plan) in variants.items():
         m = copy.deepcopy(base)

@@ -78,7 +78,7 @@ def main() -> None:
     out = {}
     for name, plan in plans.items():
         model = make()
-        # record=True: the recorder's comm hook scales and reduces each bucket itself, so this also
+        # record=True: the recorder sits between DDP's reducer and its process group, so this also
         # checks that recording leaves the gradients bit for bit as stock DDP makes them
         dp = DataParallel(model, plan, find_unused_parameters=unused, record=True)
         train(dp, [p for p in model.parameters() if p.requires_grad], rank)
