@@ -1,5 +1,6 @@
 """StepRecorder on real gloo processes (issue 11, item 2): its records agree with the model and
-DDP's buckets, it attaches before or after DDP's rebuild, and refuses what it cannot record."""
+DDP's buckets, it attaches before or after DDP's rebuild, pauses and resumes, and refuses what it
+cannot record."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ def test_recorder_records_what_ddp_reduces():
         assert before["steps"] == 4 and not before["problems"], before
         # iteration 0 is one bucket (torch 2.14 without find_unused_parameters); the rebuild splits it
         assert before["buckets"][0] == 1 and before["buckets"][-1] > 1, before
-        assert d["after_remove"] == 4  # removed: no more records
+        assert d["paused"] == {"steps": 5, "problems": []}  # the paused step is not recorded, the next one is
+        assert d["after_remove"] == 5  # removed: no more records
+        assert "removed" in d["resumed_after_remove"]
         assert late["steps"] == 2 and not late["problems"], late  # the no_sync step is not recorded
         assert late["layout"] == before["layout"]  # attached after the rebuild: the same buckets
         assert 0 < d["own_s"] < 0.5

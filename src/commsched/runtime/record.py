@@ -95,7 +95,7 @@ class StepRecord:
         """Computation only, communication only and their overlap (seconds, within this step)."""
         ready = [r for r in self.ready_s if r == r]
         compute = (0.0, max(ready) if ready else self.forward_end_s)
-        comm = _union(list(zip(self.bucket_start_s, self.bucket_end_s)))
+        comm = union_of(list(zip(self.bucket_start_s, self.bucket_end_s)))
         comm_total = sum(e - s for s, e in comm)
         overlap = sum(max(0.0, min(e, compute[1]) - max(s, compute[0])) for s, e in comm)
         return {
@@ -105,7 +105,8 @@ class StepRecord:
         }
 
 
-def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+def union_of(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The disjoint intervals that cover exactly what ``intervals`` cover, in order."""
     out: list[tuple[float, float]] = []
     for s, e in sorted(intervals):
         if out and s <= out[-1][1]:
@@ -180,15 +181,30 @@ class StepRecorder:
         self._layout_rebuilt: bool | None = None  # DDP's _has_rebuilt_buckets when it was read
         self.own_s = 0.0
         self._reset()
-        self._handles = [p.register_post_accumulate_grad_hook(self._make_ready_hook(n)) for n, p in named]
+        self._named = named
+        self._inner = ddp.process_group
+        self.group = RecordingGroup(self._inner, self)
+        self._handles: list = []
+        self._attach(ddp)
+        ddp._commsched_recorder = self
+
+    def _attach(self, ddp: nn.parallel.DistributedDataParallel) -> None:
+        self._handles = [p.register_post_accumulate_grad_hook(self._make_ready_hook(n)) for n, p in self._named]
         self._handles.append(ddp.register_forward_pre_hook(self._on_forward_start))
         self._handles.append(ddp.register_forward_hook(self._on_forward_end))
-        self._inner = ddp.process_group
         # only the reducer's pointer: the Python side keeps the user's group, and the reducer keeps
         # its buckets and state (ddp._update_process_group would also reset them)
-        self.group = RecordingGroup(self._inner, self)
         ddp.reducer._update_process_group(self.group)
-        ddp._commsched_recorder = self
+
+    def _detach(self) -> nn.parallel.DistributedDataParallel | None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        self._armed = False
+        ddp = self._ddp()
+        if ddp is not None:
+            ddp.reducer._update_process_group(self._inner)
+        return ddp
 
     # --- per step -------------------------------------------------------------------------------
 
@@ -298,13 +314,21 @@ class StepRecorder:
             bucket_tensors=tuple(layout[j] if j < len(layout) else () for j in range(len(buckets))),
         )
 
-    def remove(self) -> None:
-        """Stop recording: the hooks go and the reducer gets its own process group back."""
-        for h in self._handles:
-            h.remove()
-        self._handles = []
-        self._armed = False
+    def pause(self) -> None:
+        """Stop recording for now, between steps: hooks off, the reducer's own group back (the DDP
+        model runs exactly as without a recorder); :meth:`resume` starts again, the layout known."""
+        if self._handles:
+            self._detach()
+
+    def resume(self) -> None:
         ddp = self._ddp()
+        if ddp is None or getattr(ddp, "_commsched_recorder", None) is not self:
+            raise CommschedError("this StepRecorder was removed (or its model is gone): attach a new one")
+        if not self._handles:
+            self._attach(ddp)
+
+    def remove(self) -> None:
+        """Stop recording for good: the hooks go and the reducer gets its own process group back."""
+        ddp = self._detach()
         if ddp is not None:
-            ddp.reducer._update_process_group(self._inner)
             ddp._commsched_recorder = None

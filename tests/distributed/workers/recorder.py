@@ -59,6 +59,11 @@ def main() -> None:
         "layout": [list(b) for b in rec.records[-1].bucket_tensors],
     }
     out["own_s"] = rec.own_s
+    rec.pause()
+    step(ddp, rank, 10)  # not recorded
+    rec.resume()
+    step(ddp, rank, 11)
+    out["paused"] = {"steps": len(rec.records), "problems": consistent(ddp, rec)}
     try:
         StepRecorder(ddp)
         out["second"] = "accepted"
@@ -67,6 +72,11 @@ def main() -> None:
     rec.remove()
     step(ddp, rank, 4)
     out["after_remove"] = len(rec.records)
+    try:
+        rec.resume()
+        out["resumed_after_remove"] = "accepted"
+    except CommschedError as e:
+        out["resumed_after_remove"] = str(e)
 
     # attached after two steps (DDP has rebuilt its buckets): the same buckets, recorded
     ddp2 = DDP(common.Net(), bucket_cap_mb=0.01)
