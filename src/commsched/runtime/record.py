@@ -14,14 +14,14 @@
   unused-parameter map of ``find_unused_parameters=True``) and broadcasts pass through unrecorded.
 - ``register_post_accumulate_grad_hook`` on every trainable parameter stamps when its gradient is
   ready (the moment DDP's own hook on the same accumulator marks it ready);
-- forward pre- and post-hooks on the DDP module stamp the step's start and the end of forward; the
-  post-hook also reads the bucket layout from the reducer when DDP has (re)built its buckets
-  (``_get_zeros_like_grad_buckets``: twice in a run, before the first step and after the rebuild);
+- forward pre- and post-hooks on the DDP module stamp the step's start and the end of forward;
 - an autograd engine callback closes the step after DDP's own end-of-backward callback (which waits
   for every bucket and copies the averaged gradients back). DDP queues that one once its last
   bucket is launched; the engine runs callbacks in the order queued, including those queued by a
   running callback. So the first bucket's launch queues a callback that queues the closing one,
-  which then lands behind DDP's.
+  which then lands behind DDP's. After its last stamp it reads the bucket layout from the reducer
+  when DDP has (re)built its buckets (``_get_zeros_like_grad_buckets``: twice in a run, in the
+  first step and in the one after the rebuild).
 
 A step is recorded when its forward ran with gradients enabled outside ``no_sync()`` (the steps
 that reduce). Times are seconds since the start of that forward. On CUDA, host stamps of NCCL
@@ -230,17 +230,10 @@ class StepRecorder:
             self._t0 = self._now()
         self.own_s += time.perf_counter() - t
 
-    def _on_forward_end(self, module, _args, _out) -> None:
+    def _on_forward_end(self, _module, _args, _out) -> None:
         t = time.perf_counter()
         if self._armed:
             self._forward_end = self._now()
-            # DDP (re)builds its buckets in its forward, before this hook: read the layout when it did
-            rebuilt = bool(getattr(module, "_has_rebuilt_buckets", False))
-            if self._layout is None or rebuilt != self._layout_rebuilt:
-                self._layout = [
-                    tuple(self._name_of[id(p)] for p in b.parameters()) for b in module.reducer._get_zeros_like_grad_buckets()
-                ]
-                self._layout_rebuilt = rebuilt
         self.own_s += time.perf_counter() - t
 
     def _make_ready_hook(self, name: str):
@@ -275,6 +268,13 @@ class StepRecorder:
         that completed it)."""
         end = self._now()
         t = time.perf_counter()
+        ddp = self._ddp()
+        # DDP (re)builds its buckets in the forward of the step after the first: the layout this
+        # step reduced is read when it may have changed, after the step's last stamp
+        rebuilt = bool(getattr(ddp, "_has_rebuilt_buckets", False))
+        if ddp is not None and (self._layout is None or rebuilt != self._layout_rebuilt):
+            self._layout = [tuple(self._name_of[id(p)] for p in b.parameters()) for b in ddp.reducer._get_zeros_like_grad_buckets()]
+            self._layout_rebuilt = rebuilt
         self._pending.append((self._t0, self._forward_end, self._ready, self._buckets, end, self._layout or []))
         self._armed = False
         self.own_s += time.perf_counter() - t
