@@ -4,14 +4,17 @@
 
 - DDP's reducer issues every bucket's all-reduce through its process group. The recorder hands the
   reducer (and only the reducer: ``ddp.process_group`` stays the user's) a
-  :class:`RecordingGroup`, a ``ProcessGroup`` written in Python that passes every collective to the
-  real group and, for each floating-point all-reduce, stamps its launch and, from the returned
-  work's future, its end. The reducer launches buckets in index order the moment a bucket and every
-  bucket before it are ready; the all-reduce may then wait in gloo's queue, so the stamp is the
-  launch, not the start of execution. DDP keeps its own comm path (no comm hook): it still scales
-  gradients by 1/world while copying them into its buckets, so the recorder adds no pass over them
-  and the gradients are stock DDP's bit for bit (the tests compare them). Integer all-reduces (the
-  unused-parameter map of ``find_unused_parameters=True``) and broadcasts pass through unrecorded.
+  :class:`RecordingGroup`, a ``ProcessGroup`` written in Python that passes the collectives the
+  reducer issues (all-reduce, broadcast; all-gather and barrier too) to the real group and, for
+  each floating-point all-reduce, stamps its launch and, in a callback chained to the all-reduce's
+  future, its end; the work it returns to DDP completes after that callback, so DDP's wait for the
+  buckets comes after every end stamp. The reducer launches buckets in index order the moment a
+  bucket and every bucket before it are ready; the all-reduce may then wait in gloo's queue, so
+  the stamp is the launch, not the start of execution. DDP keeps its own comm path (no comm hook):
+  it still scales gradients by 1/world while copying them into its buckets, so the recorder adds no
+  pass over them and the gradients are stock DDP's bit for bit (the tests compare them). Integer
+  all-reduces (the unused-parameter map of ``find_unused_parameters=True``) and broadcasts pass
+  through unrecorded.
 - ``register_post_accumulate_grad_hook`` on every trainable parameter stamps when its gradient is
   ready (the moment DDP's own hook on the same accumulator marks it ready);
 - forward pre- and post-hooks on the DDP module stamp the step's start and the end of forward;
@@ -28,11 +31,12 @@ that reduce). Times are seconds since the start of that forward. On CUDA, host s
 work would be enqueue times: there the recorder records CUDA events instead (written against the
 documented API; no GPU has run it, see the README).
 
-The cost: one Python call per gradient and per collective, and the bucket layout read twice per
-run. :attr:`StepRecorder.own_s` adds up the time spent inside the recorder's own calls, a direct
+The cost: one Python call per gradient and per collective (and one on the communication thread per
+bucket, for its end stamp), and the bucket layout read twice per run. :attr:`StepRecorder.own_s` adds up the time spent inside the recorder's own calls, a direct
 measurement of what it takes from the step; BENCHMARKS.md measures the whole against stock DDP
-without a recorder. The reducer's private ``_update_process_group`` (torch >= 2.1) and
-``_get_zeros_like_grad_buckets`` are the two non-public calls this relies on.
+without a recorder. The reducer's private ``_update_process_group`` (torch >= 2.1),
+``_get_zeros_like_grad_buckets`` and ``_create_work_from_future`` are the non-public calls this
+relies on. A DDP with a comm hook (Python or built-in) is refused.
 """
 
 from __future__ import annotations
@@ -47,9 +51,6 @@ from torch import nn
 
 from commsched.errors import CommschedError
 from commsched.types import Span, Timeline
-
-
-_END_STAMP_WAIT_S = 1.0  # at most this long for end stamps still missing when records are read; then nan
 
 
 @dataclass(frozen=True)
@@ -124,11 +125,13 @@ class RecordingGroup(dist.ProcessGroup):
         super().__init__(inner.rank(), inner.size())
         self.inner = inner
         self._recorder = weakref.ref(recorder)
+        self.allreduces = 0  # every all-reduce passed on (recorded or not)
 
     def getBackendName(self) -> str:  # noqa: N802 - the ProcessGroup method's name
         return self.inner.name()
 
     def allreduce(self, tensors, opts=None):
+        self.allreduces += 1
         rec = self._recorder()
         if rec is None or not rec._armed or not (tensors[0].is_floating_point() or tensors[0].is_complex()):
             return self.inner.allreduce(tensors, opts if opts is not None else dist.AllreduceOptions())
@@ -137,9 +140,9 @@ class RecordingGroup(dist.ProcessGroup):
         own = time.perf_counter() - t
         work = self.inner.allreduce(tensors, opts if opts is not None else dist.AllreduceOptions())
         t = time.perf_counter()
-        rec._launched(start, tensors[0], work)
+        stamped = rec._launched(start, tensors[0], work)
         rec.own_s += own + time.perf_counter() - t
-        return work
+        return stamped
 
     def broadcast(self, tensors, opts=None):
         return self.inner.broadcast(tensors, opts if opts is not None else dist.BroadcastOptions())
@@ -158,13 +161,14 @@ class StepRecorder:
     ``ready_s`` (default: the order in which gradients became ready in the first recorded step).
     ``own_s`` adds up the time spent inside the recorder's calls on the training thread since it was
     attached (seconds, this rank; the end stamps run on the communication thread and are left out).
-    A comm hook registered later replaces the reducer's all-reduces, and then no bucket is recorded.
+    A DDP with a comm hook is refused; registering one while a recorder is attached is not supported
+    (a Python hook bypasses the recording group, so nothing is recorded; a built-in one captures it).
     """
 
     def __init__(self, ddp: nn.parallel.DistributedDataParallel, order: tuple[str, ...] | None = None) -> None:
         if getattr(ddp, "_commsched_recorder", None) is not None:
             raise CommschedError("this DistributedDataParallel already has a StepRecorder: remove() it first")
-        if getattr(ddp, "_comm_hooks", None):
+        if getattr(ddp, "_comm_hooks", None) or ddp._get_ddp_logging_data().get("comm_hook"):
             raise CommschedError(
                 "this DistributedDataParallel has a comm hook, which issues the all-reduces instead of DDP's "
                 "reducer: StepRecorder records the reducer's own all-reduces (stock DDP without a hook)"
@@ -181,19 +185,25 @@ class StepRecorder:
         self._layout_rebuilt: bool | None = None  # DDP's _has_rebuilt_buckets when it was read
         self.own_s = 0.0
         self._reset()
-        self._named = named
-        self._inner = ddp.process_group
-        self.group = RecordingGroup(self._inner, self)
+        self.group: RecordingGroup | None = None
         self._handles: list = []
         self._attach(ddp)
         ddp._commsched_recorder = self
 
     def _attach(self, ddp: nn.parallel.DistributedDataParallel) -> None:
-        self._handles = [p.register_post_accumulate_grad_hook(self._make_ready_hook(n)) for n, p in self._named]
+        # the parameters are not kept: their hooks hold this recorder, and a reference back through
+        # tensor hooks is a cycle Python's collector cannot see
+        self._handles = [
+            p.register_post_accumulate_grad_hook(self._make_ready_hook(n))
+            for n, p in ddp.module.named_parameters()
+            if id(p) in self._name_of
+        ]
         self._handles.append(ddp.register_forward_pre_hook(self._on_forward_start))
         self._handles.append(ddp.register_forward_hook(self._on_forward_end))
-        # only the reducer's pointer: the Python side keeps the user's group, and the reducer keeps
-        # its buckets and state (ddp._update_process_group would also reset them)
+        # only the reducer's pointer: the Python side keeps the user's group (which is what the
+        # reducer gets back), and the reducer keeps its buckets and state
+        # (ddp._update_process_group would also reset them)
+        self.group = RecordingGroup(ddp.process_group, self)
         ddp.reducer._update_process_group(self.group)
 
     def _detach(self) -> nn.parallel.DistributedDataParallel | None:
@@ -203,7 +213,7 @@ class StepRecorder:
         self._armed = False
         ddp = self._ddp()
         if ddp is not None:
-            ddp.reducer._update_process_group(self._inner)
+            ddp.reducer._update_process_group(ddp.process_group)
         return ddp
 
     # --- per step -------------------------------------------------------------------------------
@@ -245,27 +255,28 @@ class StepRecorder:
 
         return hook
 
-    def _launched(self, start, tensor: torch.Tensor, work) -> None:
-        """A bucket's all-reduce was launched at ``start`` (called by :class:`RecordingGroup`)."""
+    def _launched(self, start, tensor: torch.Tensor, work):
+        """A bucket's all-reduce was launched at ``start`` (called by :class:`RecordingGroup`): the
+        work DDP gets back completes once its end is stamped, so DDP's end-of-backward wait (and
+        hence the step's close) comes after every stamp."""
         entry = [start, None, tensor.numel() * tensor.element_size()]
         self._buckets.append(entry)
         if not self._closing:
             self._closing = True
             torch.autograd.Variable._execution_engine.queue_callback(self._close_after_ddp)
 
-        def done(_f) -> None:
-            entry[1] = self._now()
+        def done(f: torch.futures.Future):
+            entry[1] = self._now()  # on the communication thread, as the all-reduce completes
+            return f.value()
 
-        work.get_future().add_done_callback(done)  # runs on the communication thread
+        return _work_from_future(work.get_future().then(done))
 
     def _close_after_ddp(self) -> None:
         torch.autograd.Variable._execution_engine.queue_callback(self._close)
 
     def _close(self) -> None:
         """End of backward, after DDP's own finalisation (see the module docstring). The step is
-        kept raw and becomes a StepRecord when ``records`` is read, so nothing waits in the step for
-        the end stamps (a future's callbacks run just after DDP's wait on it returned, on the thread
-        that completed it)."""
+        kept raw and becomes a StepRecord when ``records`` is read (on CUDA that synchronises)."""
         end = self._now()
         t = time.perf_counter()
         ddp = self._ddp()
@@ -284,10 +295,7 @@ class StepRecorder:
         """The recorded steps, oldest first (the list itself: clearing it forgets them)."""
         if self._pending:
             if self._cuda:
-                torch.cuda.synchronize()
-            give_up = time.perf_counter() + _END_STAMP_WAIT_S
-            while any(e[1] is None for p in self._pending for e in p[3]) and time.perf_counter() < give_up:
-                time.sleep(0)  # releases the GIL to the communication thread
+                torch.cuda.synchronize()  # CUDA events are read here, not inside the step
             pending, self._pending = self._pending, []
             self._records.extend(self._record(*p) for p in pending)
         return self._records
@@ -306,8 +314,7 @@ class StepRecorder:
             forward_end_s=rel(forward_end),
             ready_s=tuple(ready.get(n, float("nan")) for n in self._order),
             bucket_start_s=tuple(rel(e[0]) for e in buckets),
-            # a late stamp (callback latency) is capped at the close: DDP had seen the end by then
-            bucket_end_s=tuple(min(rel(e[1]), rel(end)) if e[1] is not None else float("nan") for e in buckets),
+            bucket_end_s=tuple(rel(e[1]) if e[1] is not None else float("nan") for e in buckets),
             bucket_bytes=tuple(e[2] for e in buckets),
             step_end_s=rel(end),
             tensor_names=self._order,
@@ -332,3 +339,9 @@ class StepRecorder:
         ddp = self._detach()
         if ddp is not None:
             ddp._commsched_recorder = None
+
+
+def _work_from_future(future: torch.futures.Future):
+    """A ``Work`` whose completion is ``future``'s (torch's private constructor, which its own tests
+    of process groups written in Python use)."""
+    return torch._C._distributed_c10d._create_work_from_future(future)

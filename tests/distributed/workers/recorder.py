@@ -3,6 +3,9 @@ first step, removed cleanly, and a DDP with a comm hook refused."""
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -59,8 +62,11 @@ def main() -> None:
         "layout": [list(b) for b in rec.records[-1].bucket_tensors],
     }
     out["own_s"] = rec.own_s
+    group = rec.group
+    calls = group.allreduces
     rec.pause()
-    step(ddp, rank, 10)  # not recorded
+    step(ddp, rank, 10)  # not recorded, and the reducer's own group is back: nothing passes the recording one
+    out["paused_calls"] = group.allreduces - calls
     rec.resume()
     step(ddp, rank, 11)
     out["paused"] = {"steps": len(rec.records), "problems": consistent(ddp, rec)}
@@ -89,13 +95,32 @@ def main() -> None:
     step(ddp2, rank, 4)
     out["late"] = {"steps": len(rec2.records), "problems": consistent(ddp2, rec2), "layout": [list(b) for b in rec2.records[-1].bucket_tensors]}
 
-    ddp3 = DDP(common.Net())
-    ddp3.register_comm_hook(None, allreduce_hook)
-    try:
-        StepRecorder(ddp3)
-        out["hooked"] = "accepted"
-    except CommschedError as e:
-        out["hooked"] = str(e)
+    # static graph, gradients as bucket views: the same checks
+    ddp4 = DDP(common.Net(), bucket_cap_mb=0.01, static_graph=True, gradient_as_bucket_view=True)
+    rec4 = StepRecorder(ddp4)
+    for i in range(4):
+        step(ddp4, rank, i)
+    out["static_view"] = {"steps": len(rec4.records), "buckets": [len(r.bucket_bytes) for r in rec4.records], "problems": consistent(ddp4, rec4)}
+
+    out["hooked"] = []
+    for register in (lambda d: d.register_comm_hook(None, allreduce_hook), lambda d: d._register_builtin_comm_hook(dist.BuiltinCommHookType.ALLREDUCE)):
+        ddp3 = DDP(common.Net())
+        register(ddp3)
+        try:
+            StepRecorder(ddp3)
+            out["hooked"].append("accepted")
+        except CommschedError as e:
+            out["hooked"].append(str(e))
+
+    # nothing keeps a dropped model alive: the recorder's hooks live on the parameters, and the
+    # recorder holds neither them nor the DDP model strongly
+    ddp5 = DDP(common.Net())
+    rec5 = StepRecorder(ddp5)
+    step(ddp5, rank, 0)
+    refs = [weakref.ref(x) for x in (ddp5, rec5, next(ddp5.module.parameters()))]
+    del ddp5, rec5
+    gc.collect()
+    out["alive_after_drop"] = [r() is not None for r in refs]
     common.emit(out)
     end_process_group(clean=True)
 
