@@ -173,7 +173,7 @@ class StepRecorder:
                 "this DistributedDataParallel has a comm hook, which issues the all-reduces instead of DDP's "
                 "reducer: StepRecorder records the reducer's own all-reduces (stock DDP without a hook)"
             )
-        self._ddp = weakref.ref(ddp)  # the group the reducer holds refers back to this recorder
+        self._ddp = weakref.ref(ddp)  # DDP holds this recorder (_commsched_recorder): weakly back
         self._records: list[StepRecord] = []
         self._pending: list[tuple] = []  # closed steps not yet made StepRecords (see _close)
         named = [(n, p) for n, p in ddp.module.named_parameters() if p.requires_grad]
