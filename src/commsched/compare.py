@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from commsched.planners import DDP, Optimal, make_plan
 from commsched.planners.base import Planner, plan_and_timeline
+from commsched.planners.resources import default_config_semantics
 from commsched.sim.semantics import NCCL, Semantics
 from commsched.types import ModelProfile, Plan, Timeline
 
@@ -41,15 +42,15 @@ class Comparison:
 def compare(profile: ModelProfile, cluster: ClusterSpec, planners: Sequence[Planner], semantics: Semantics = NCCL) -> Comparison:
     """Every planner's plan scored under ``semantics`` (the runtime that will run them); ``optimal``
     plans for those semantics."""
-    cost = cluster.allreduce
-    ddp_default = make_plan(DDP(), profile, cost, semantics).predicted
+    cost, res = cluster.allreduce, cluster.resources
+    ddp_default = make_plan(DDP(), profile, cost, semantics, res).predicted
     assert ddp_default is not None
     t_ddp = ddp_default.iteration_s
     results: dict[str, StrategyResult] = {}
     for p in planners:
         if isinstance(p, Optimal):
-            p = replace(p, semantics=semantics)
-        plan, timeline = plan_and_timeline(p, profile, cost, semantics)
+            p = replace(p, semantics=semantics if res is None else default_config_semantics(res, semantics))
+        plan, timeline = plan_and_timeline(p, profile, cost, semantics, res)
         results[plan.strategy] = StrategyResult(
             plan=plan,
             timeline=timeline,

@@ -277,3 +277,26 @@ def test_errors_are_one_line_and_exit_2(tmp_path, case):
     assert len(lines) == 1, r.stderr  # not even a blank line from a progress bar
     assert "Traceback" not in r.stderr and needle in lines[0], lines[0]
     assert lines[0].startswith("commsched: error: ")
+
+
+def test_plan_with_resources_on_the_rs_preset(tmp_path):
+    r = run("plan", "--model", "resnet18", "--batch-size", "32", "--cluster", "rs-2xv100s-pcie",
+            "--strategy", "rs-grid", "--strategy", "rs-heuristic,ddp", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    grid, heur, ddp = (doc["strategies"][k] for k in ("rs-grid", "rs-heuristic", "ddp"))
+    assert all(set(b["resources"]) == {"blocks", "threads_per_block"} for b in grid["buckets"] + heur["buckets"])
+    assert len({json.dumps(b["resources"]) for b in grid["buckets"]}) == 1
+    assert all(b["resources"] is None for b in ddp["buckets"])
+    assert heur["predicted"]["iteration_s"] < ddp["predicted"]["iteration_s"]
+    table = run("plan", "--model", "resnet18", "--batch-size", "32", "--cluster", "rs-2xv100s-pcie", "--strategy", "rs-grid,rs-heuristic,ddp", "--out", str(tmp_path))
+    assert table.returncode == 0, table.stderr
+    assert "resources" in table.stdout and "mixed" in table.stdout and "2x256" in table.stdout
+    assert json.loads((tmp_path / "plan.json").read_text())["strategy"] == "rs-heuristic"
+    r = run("presets")
+    assert "rs-2xv100s-pcie" in r.stdout and "rs-grid" in r.stdout and "rs-heuristic" in r.stdout
+
+
+def test_resource_strategy_on_a_cluster_without_resources_is_an_error():
+    r = run("plan", "--profile", PROFILE, "--cluster", CLUSTER, "--strategy", "rs-grid")
+    assert r.returncode == 2 and "rs-2xv100s-pcie" in r.stderr and "Traceback" not in r.stderr

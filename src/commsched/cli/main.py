@@ -112,10 +112,13 @@ def _cluster(spec: str, workers: int | None, algorithm: str | None):
     return c
 
 
-def _planners(names: Sequence[str], bucket_mb: float | None, hvd_threshold_mb: float | None, hvd_cycle_ms: float | None):
+def _planners(
+    names: Sequence[str], bucket_mb: float | None, hvd_threshold_mb: float | None, hvd_cycle_ms: float | None, resources: bool = False
+):
+    """The named planners (default: every strategy, and the resource ones on a cluster with ``resources``)."""
     from dataclasses import replace
 
-    from commsched.planners import DDP, STRATEGIES, Horovod, planner
+    from commsched.planners import DDP, RESOURCE_STRATEGIES, STRATEGIES, Horovod, planner
     from commsched.planners.ddp import MIB, ddp_with_cap
 
     from commsched.types import MAX_BYTES, MAX_SECONDS
@@ -125,7 +128,7 @@ def _planners(names: Sequence[str], bucket_mb: float | None, hvd_threshold_mb: f
     # 1 ns: below any event loop's resolution; the cycle simulation's tick arithmetic also needs a
     # cycle far above float resolution at the end of the longest timeline (1.2e-10 s at 1e6 s)
     _bounded("--horovod-cycle-ms", hvd_cycle_ms, MAX_SECONDS * 1e3, f"{MAX_SECONDS * 1e3:g} ms", lower=1e-6, strict=False, lower_text="1e-06 ms (1 ns)")
-    chosen = [planner(n) for n in (_split(names) or list(STRATEGIES))]
+    chosen = [planner(n) for n in (_split(names) or [*STRATEGIES, *(RESOURCE_STRATEGIES if resources else ())])]
     out = []
     for p in chosen:
         if isinstance(p, DDP) and bucket_mb is not None:
@@ -226,7 +229,7 @@ def plan(
     if len(profile_paths) + len(models) > 1:
         raise CommschedError("plan takes one model: give either one --profile or one --model")
     cluster = _cluster(cluster_spec, workers, algorithm)
-    planners = _planners(strategies, bucket_mb, horovod_threshold_mb, horovod_cycle_ms)
+    planners = _planners(strategies, bucket_mb, horovod_threshold_mb, horovod_cycle_ms, cluster.resources is not None)
     device = device or cluster.device or DEFAULT_DEVICE
     profiles = _profiles(profile_paths, models or ([] if profile_paths else [DEFAULT_MODEL]), batch_size, device, image_size, efficiency)
     (prof,) = profiles.values()
@@ -262,10 +265,18 @@ def _print_comparison(cmp) -> None:
         title=escape(
             f"{p.model} (batch {p.batch_size}, {p.device}, {p.source}) on {c.name}: {c.workers} workers, "
             f"all-reduce {c.allreduce.to_json()['model']}, runtime {_describe_semantics(cmp.semantics)}"
+            + (
+                f", resources per all-reduce ({c.resources.contention.kind} contention model, default {c.resources.default.short})"
+                if c.resources is not None
+                else ""
+            )
         ),
         title_justify="left",
     )
-    for col in ("strategy", "iteration ms", "compute ms", "non-overlapped comm ms", "scaling factor", "buckets", "speedup vs DDP"):
+    cols = ["strategy", "iteration ms", "compute ms", "non-overlapped comm ms", "scaling factor", "buckets", "speedup vs DDP"]
+    if c.resources is not None:
+        cols.append("resources")
+    for col in cols:
         t.add_column(col, justify="left" if col == "strategy" else "right")
     best = cmp.best
     for name, r in sorted(cmp.results.items(), key=lambda kv: kv[1].timeline.iteration_s):
@@ -278,8 +289,18 @@ def _print_comparison(cmp) -> None:
             f"{r.scaling_factor:.3f}",
             str(len(r.plan.buckets)),
             f"{r.speedup_vs_ddp:.3f}x",
+            *([_resources_short(r.plan, c.resources)] if c.resources is not None else []),
         )
     Console(width=max(120, Console().width)).print(t)
+
+
+def _resources_short(plan, resources) -> str:
+    """A plan's configs in short: one config for every bucket (e.g. ``1x256``, the default marked), or ``mixed``."""
+    shorts = {resources.config_of(b.resources).short for b in plan.buckets}
+    if len(shorts) > 1:
+        return "mixed"
+    (one,) = shorts
+    return one
 
 
 def _semantics(spec: str):
@@ -349,7 +370,7 @@ def scale(
         c = cluster.with_algorithm(a) if a else cluster
         for n in workers:
             c.with_workers(n)
-    planners = _planners(strategies, bucket_mb, horovod_threshold_mb, horovod_cycle_ms)
+    planners = _planners(strategies, bucket_mb, horovod_threshold_mb, horovod_cycle_ms, cluster.resources is not None)
     device = device or cluster.device or DEFAULT_DEVICE
     profiles = _profiles(profile_paths, _split(models) or ([] if profile_paths else [DEFAULT_MODEL]), batch_size, device, image_size, efficiency)
     from commsched.report.plots import MAX_PLOT_ROWS
@@ -464,9 +485,10 @@ def presets() -> None:
     """List the built-in models, devices, clusters and strategies, with their sources."""
     from commsched.cost.cluster import PRESETS
     from commsched.devices import CALIBRATED_EFFICIENCY, DEVICES
-    from commsched.planners import STRATEGIES
+    from commsched.planners import RESOURCE_STRATEGIES, STRATEGIES
 
     click.echo("strategies: " + ", ".join(STRATEGIES))
+    click.echo("resource strategies (clusters with per-bucket resources): " + ", ".join(RESOURCE_STRATEGIES))
     from commsched.models.names import ZOO_MODELS
 
     click.echo("models: " + ", ".join(ZOO_MODELS))
@@ -477,6 +499,12 @@ def presets() -> None:
     for c in PRESETS.values():
         click.echo(f"  {c.name:21s} {c.workers:3d} workers  {json.dumps(c.allreduce.to_json())}")
         click.echo(f"  {'':21s} source: {c.source}")
+        if c.resources is not None:
+            r = c.resources
+            click.echo(
+                f"  {'':21s} resources: {len(r.allowed)} configs ({', '.join(x.short for x in r.allowed)}), "
+                f"default {r.default.short}, contention model {r.contention.kind}"
+            )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

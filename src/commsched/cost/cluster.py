@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from commsched.cost.contention import ClusterResources, resources_from_json
 from commsched.cost.models import (
     AlgorithmCost,
     CostModel,
@@ -24,6 +25,9 @@ class ClusterSpec:
     allreduce: CostModel
     source: str = ""
     device: str = ""  # the workers' GPU, when known: the default device for estimated profiles
+    # per-bucket all-reduce resources and their contention model (NCCL blocks x threads); None: the
+    # library default for every all-reduce, and contention (if any) from the runtime's semantics
+    resources: ClusterResources | None = None
 
     def __post_init__(self) -> None:
         _check_workers(self.workers)
@@ -55,6 +59,8 @@ class ClusterSpec:
             doc["source"] = self.source
         if self.device:
             doc["device"] = self.device
+        if self.resources is not None:
+            doc["resources"] = self.resources.to_json()
         return doc
 
 
@@ -80,12 +86,14 @@ def cluster_from_json(doc: object) -> ClusterSpec:
             f"with {workers} workers (its time parameters are all 0); a measured or published "
             f"all-reduce costs time"
         )
+    resources = resources_from_json(doc["resources"], "cluster resources") if doc.get("resources") is not None else None
     return ClusterSpec(
         name=str(doc.get("name", "cluster")),
         workers=workers,
         allreduce=allreduce,
         source=str(doc.get("source", "")),
         device=str(doc.get("device", "")),
+        resources=resources,
     )
 
 
@@ -117,6 +125,68 @@ def _mgwfbp(name: str, a_s: float, b: float, figure: str, hardware: str, device:
 
 
 GBIT = 1e9 / 8  # bytes per second in one Gbit/s
+
+# NCCL's own latency model for ring all-reduce with the Simple protocol over PCIe (NCCL
+# src/graph/tuning.cc: baseLat Ring/Simple 8.4 us, hwLat PCI Ring/Simple 5.7 us per step; a ring
+# all-reduce takes 2(N-1) steps): a = 8.4 + 2(N-1) x 5.7 us, 19.8 us at N = 2.
+RS_STARTUP_S = 8.4e-6 + 2 * 5.7e-6
+# The resource-sharing paper's Figure 5c (Section 4.3.1): ResNet-18, batch 32, on its testbed with
+# config 1x64 spent 39 ms in all-reduce kernels per iteration. ResNet-18's 11,689,512 FP32 gradients
+# (46,758,048 bytes) go in DDP's 3 buckets (1 MiB first cap, then 25 MiB), and 1x64 takes 1.23x the
+# default's time (Figure 2), so the default config moves c bytes in 19.8 us + beta c with
+# beta = (39 ms / 1.23 - 3 x 19.8 us) / 46,758,048 B = 6.77e-10 s/byte (1.48 GB/s: the paper's PCIe
+# V100S pair has no NVLink, Section 4.1). The paper gives no other absolute all-reduce time.
+RS_BETA_S_PER_BYTE = (39e-3 / 1.23 - 3 * RS_STARTUP_S) / 46_758_048
+# Figure 3's kernels that stand for backward compute: conv2d, batch_norm and relu, the three a
+# ResNet backward pass is made of (every block is conv-BN-ReLU); avg_pool and linear run once per
+# pass. Combined by their geometric mean: the paper gives no time split between the kernels.
+RS_BACKWARD_KERNELS = ("conv2d", "batch_norm", "relu")
+RS_DEFAULT_CONFIG = (2, 256)  # NCCL's choice on the testbed (resource-sharing paper, Section 4.1)
+RS_MESSAGE_BYTES = 25 * 10**6  # Figure 2's all-reduce: "a tensor of 25MB"
+
+
+def _read_csv(name: str) -> list[dict[str, str]]:
+    """Rows of one of the papers' tables shipped in ``commsched/cost/data`` ('#' lines are their sources)."""
+    import csv
+    from importlib import resources as pkg
+
+    text = pkg.files("commsched.cost").joinpath("data", name).read_text()
+    return list(csv.DictReader(line for line in text.splitlines() if line and not line.startswith("#")))
+
+
+def rs_grid_samples() -> tuple[list, list]:
+    """Figure 2's (config, bytes, relative time) and Figure 3's (config, slowdown) samples of the
+    backward kernels, as :func:`~commsched.cost.contention.grid_from_samples` takes them."""
+    from commsched.cost.contention import ResourceConfig
+
+    cfg = lambda r: ResourceConfig(int(r["blocks"]), int(r["threads_per_block"]))  # noqa: E731
+    allreduce = [(cfg(r), RS_MESSAGE_BYTES, float(r["relative_time"])) for r in _read_csv("resource-sharing-fig2-allreduce.csv")]
+    compute = [
+        (cfg(r), float(r["slowdown"])) for r in _read_csv("resource-sharing-fig3-compute-slowdown.csv") if r["kernel"] in RS_BACKWARD_KERNELS
+    ]
+    return allreduce, compute
+
+
+def _rs_2xv100s_pcie() -> ClusterSpec:
+    from commsched.cost.contention import ResourceConfig, grid_from_samples
+
+    default = ResourceConfig(*RS_DEFAULT_CONFIG)
+    allreduce, compute = rs_grid_samples()
+    grid, _ = grid_from_samples(allreduce, compute, default)
+    return ClusterSpec(
+        name="rs-2xv100s-pcie",
+        workers=2,
+        device="V100S",
+        allreduce=AlgorithmCost("ring", LinkParams(alpha_s=RS_STARTUP_S / 2, beta_s_per_byte=RS_BETA_S_PER_BYTE), 2),
+        resources=ClusterResources(grid.configs, default, grid),
+        source=(
+            "resource-sharing paper (Zhong, Qu), Section 4.1: 2x V100S 32 GB over PCIe, no NVLink, NCCL ring, default "
+            "config 2x256. Contention: Figure 2 (25 MB all-reduce time per config) and Figure 3 (slowdown of conv2d, "
+            "batch_norm and relu, geometric mean) from shared/data/resource-sharing-fig{2,3}-*.csv. All-reduce: "
+            "a = 19.8 us from NCCL's tuning model (src/graph/tuning.cc, PCI ring Simple), beta = 6.77e-10 s/byte "
+            "from Figure 5c (39 ms of all-reduce per ResNet-18 iteration at 1x64)"
+        ),
+    )
 
 PRESETS: dict[str, ClusterSpec] = {
     "k80-10gbe": _mgwfbp("k80-10gbe", 9.72e-4, 1.97e-9, "Fig. 4a, cluster 1", "16 Tesla K80 (GK210) on 8 nodes, 10GbE", "K80"),
@@ -165,6 +235,7 @@ PRESETS: dict[str, ClusterSpec] = {
             "OSF Eq. 18 least-squares fit, samples in benchmarks/data/emulated-2x2gbit-gloo.json"
         ),
     ),
+    "rs-2xv100s-pcie": _rs_2xv100s_pcie(),
 }
 DEFAULT_CLUSTER = "v100-10gbe"
 

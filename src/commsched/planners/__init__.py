@@ -9,6 +9,7 @@ from commsched.planners.ddp import DDP
 from commsched.planners.horovod import Horovod, horovod_legacy
 from commsched.planners.mgwfbp import MGWFBP
 from commsched.planners.optimal import Optimal, optimal_ends
+from commsched.planners.resources import RSGrid, RSHeuristic
 from commsched.planners.simple import WFBP, SyncEASGD
 from commsched.sim.semantics import NCCL, Semantics
 
@@ -18,11 +19,16 @@ STRATEGIES: dict[str, Planner] = {
 }
 
 
+# Strategies that choose each all-reduce's resources: they need a cluster that declares them.
+RESOURCE_STRATEGIES: dict[str, Planner] = {p.name: p for p in (RSGrid(), RSHeuristic())}
+
+
 def planner(name: str) -> Planner:
+    known = {**STRATEGIES, **RESOURCE_STRATEGIES}
     try:
-        return STRATEGIES[name]
+        return known[name]
     except KeyError:
-        raise CommschedError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}") from None
+        raise CommschedError(f"unknown strategy {name!r}; choose from {', '.join(known)}") from None
 
 
 def planner_for(name: str, semantics: Semantics = NCCL, tolerance: float = 0.01) -> Planner:
@@ -33,7 +39,10 @@ def planner_for(name: str, semantics: Semantics = NCCL, tolerance: float = 0.01)
 
 
 __all__ = [
+    "RESOURCE_STRATEGIES",
     "STRATEGIES",
+    "RSGrid",
+    "RSHeuristic",
     "AdaFusion",
     "DDP",
     "Horovod",

@@ -10,11 +10,13 @@ The published strategies keep their own rules whatever the semantics; ``optimal`
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Protocol
 
+from commsched.cost.contention import ClusterResources
 from commsched.cost.models import CostModel
-from commsched.sim.contention import simulate_run
+from commsched.errors import CommschedError
+from commsched.sim.contention import simulate_resources, simulate_run
 from commsched.sim.semantics import NCCL, Semantics
 from commsched.sim.timeline import buckets_of
 from commsched.types import ModelProfile, Plan, Timeline
@@ -28,11 +30,34 @@ class Planner(Protocol):
 
 
 def plan_and_timeline(
-    planner: Planner, profile: ModelProfile, cost: CostModel, semantics: Semantics = NCCL
+    planner: Planner, profile: ModelProfile, cost: CostModel, semantics: Semantics = NCCL, resources: ClusterResources | None = None
 ) -> tuple[Plan, Timeline]:
-    """The planner's plan, scored by the simulator under ``semantics``, and the timeline it was scored on."""
-    ends = planner.ends(profile, cost)
-    timeline = simulate_run(profile, ends, cost, semantics)
+    """The planner's plan, scored by the simulator under ``semantics``, and the timeline it was scored on.
+
+    On a cluster with per-bucket ``resources`` every plan is scored by the resource simulator under
+    the cluster's contention model, one all-reduce at a time (NCCL); a planner that does not choose
+    resources gets the library default for every bucket (its buckets say ``resources: null``).
+    """
+    configs = None
+    if resources is not None:
+        if semantics.threads != 1 or semantics.contended:
+            raise CommschedError(
+                "a cluster with per-bucket resources is scored with its own contention model, one all-reduce at a time "
+                f"(NCCL); it cannot also take the runtime semantics {semantics.backend!r} with their own contention"
+            )
+        if hasattr(planner, "assign"):
+            ends, configs = planner.assign(profile, cost, resources)  # type: ignore[attr-defined]
+        else:
+            ends = planner.ends(profile, cost)
+        timeline = simulate_resources(profile, ends, cost, resources, configs or [resources.default] * len(ends))
+    elif hasattr(planner, "assign"):
+        raise CommschedError(
+            f"strategy {planner.name!r} chooses each all-reduce's resources and needs a cluster that declares them "
+            f"(\"resources\" in its JSON, e.g. the preset rs-2xv100s-pcie)"
+        )
+    else:
+        ends = planner.ends(profile, cost)
+        timeline = simulate_run(profile, ends, cost, semantics)
     params = {k: v for k, v in asdict(planner).items() if k != "name"}  # type: ignore[call-overload]
     if isinstance(getattr(planner, "semantics", None), Semantics):
         params["semantics"] = planner.semantics.to_json()  # type: ignore[attr-defined]
@@ -40,15 +65,22 @@ def plan_and_timeline(
         params["optimality"] = planner.exact_for()  # type: ignore[attr-defined]
     if semantics != NCCL:
         params["scored_under"] = semantics.to_json()
+    buckets = buckets_of(profile, ends)
+    if resources is not None:
+        params["scored_under"] = {"resources": resources.to_json()}
+        if configs is not None:
+            buckets = tuple(replace(b, resources=c.to_json()) for b, c in zip(buckets, configs))
     plan = Plan(
         strategy=planner.name,
         model=profile.model,
-        buckets=buckets_of(profile, ends),
+        buckets=buckets,
         predicted=timeline.prediction(),
         params=params,
     )
     return plan, timeline
 
 
-def make_plan(planner: Planner, profile: ModelProfile, cost: CostModel, semantics: Semantics = NCCL) -> Plan:
-    return plan_and_timeline(planner, profile, cost, semantics)[0]
+def make_plan(
+    planner: Planner, profile: ModelProfile, cost: CostModel, semantics: Semantics = NCCL, resources: ClusterResources | None = None
+) -> Plan:
+    return plan_and_timeline(planner, profile, cost, semantics, resources)[0]

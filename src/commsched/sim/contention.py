@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from commsched.cost.contention import ClusterResources, ResourceConfig
 from commsched.cost.models import CostModel
 from commsched.errors import CommschedError
 from commsched.sim.semantics import NCCL, Semantics
@@ -33,7 +34,50 @@ def simulate_run(profile: ModelProfile, ends: Sequence[int], cost: CostModel, se
     if semantics.threads == 1 and not semantics.contended:
         return simulate(profile, ends, cost)
     pb = prefix_bytes(profile)
-    starts, finishes, backward_end = _events(profile.forward_s, [t.backward_s for t in profile.tensors], pb, ends, cost, semantics)
+    return _timeline(profile, ends, pb, _events(profile.forward_s, [t.backward_s for t in profile.tensors], pb, ends, cost, semantics))
+
+
+def simulate_resources(
+    profile: ModelProfile, ends: Sequence[int], cost: CostModel, resources: ClusterResources, configs: Sequence[ResourceConfig]
+) -> Timeline:
+    """Timeline of one iteration where bucket j's all-reduce runs with ``configs[j]``, all-reduces one
+    at a time in bucket order (NCCL, one stream), under the cluster's contention model.
+
+    LIBRA's stage model (Eq. 8-15) in event form: while bucket j's all-reduce is in flight and
+    backward compute has work left, compute runs at 1 / compute_factor(R_j) of its speed (Eq. 5)
+    and the all-reduce at 1 / p(c_j, R_j) of itself per second (Eq. 6, 8); when one of the two ends
+    first, the other goes on at its own rate alone (the residuals of Eq. 9-11: compute at full
+    speed, the all-reduce at 1 / q(c_j, R_j)). With :class:`ConstantContention` this is
+    :func:`simulate_contended` with the same two factors; with no contention, :func:`simulate`
+    (property tests check both).
+    """
+    check_ends(ends, len(profile.tensors))
+    if len(configs) != len(ends):
+        raise CommschedError(f"{len(ends)} buckets need {len(ends)} resource configs, got {len(configs)}")
+    pb = prefix_bytes(profile)
+    per_bucket = resource_terms(pb, ends, cost, resources, configs)
+    work = [t.backward_s for t in profile.tensors]
+    return _timeline(profile, ends, pb, _events(profile.forward_s, work, pb, ends, cost, NCCL, per_bucket))
+
+
+def resource_terms(pb, ends, cost: CostModel, resources: ClusterResources, configs: Sequence[ResourceConfig]):
+    """Per bucket: its all-reduce's time alone (q + a), the factor p / q by which it slows while
+    compute runs, and compute's time factor under it (:mod:`commsched.cost.contention`)."""
+    model = resources.contention
+    alone, slow, cfac = [], [], []
+    for j, end in enumerate(ends):
+        cfg = resources.check(configs[j])
+        nbytes = pb[end] - pb[ends[j - 1] if j else 0]
+        q = float(model.allreduce_s(cost, nbytes, cfg, False))
+        p = float(model.allreduce_s(cost, nbytes, cfg, True))
+        alone.append(q)
+        slow.append(p / q if q > 0 else 1.0)
+        cfac.append(float(model.compute_factor(cfg)))
+    return alone, slow, cfac
+
+
+def _timeline(profile: ModelProfile, ends: Sequence[int], pb, events) -> Timeline:
+    starts, finishes, backward_end = events
     spans = [Span("forward", "forward", 0.0, profile.forward_s), Span("backward", "backward", profile.forward_s, backward_end)]
     comm = 0.0
     for j, end in enumerate(ends):
@@ -87,12 +131,27 @@ def last_working(work: Sequence[float]) -> int:
     return max((i for i, w in enumerate(work) if w > 0), default=-1)
 
 
-def _events(forward_s, work, pb, ends, cost: CostModel, sem: Semantics):
-    """Bucket execution starts, bucket ends and the end of backward (the module docstring's loop)."""
+def _events(forward_s, work, pb, ends, cost: CostModel, sem: Semantics, per_bucket=None):
+    """Bucket execution starts, bucket ends and the end of backward (the module docstring's loop).
+
+    ``per_bucket`` (the resource simulator's) gives, for each bucket, its work alone in seconds,
+    the factor by which its progress slows while compute runs, and compute's time factor while it
+    alone is in flight; without it they come from ``sem`` (T or factor(b) T + d, 1 + m, 1 + c).
+    """
     n, nb = len(work), len(ends)
-    c, c2, m, d = 1.0 + sem.compute_slowdown, 1.0 + sem.compute_slowdown_many, 1.0 + sem.comm_slowdown, sem.call_overhead_s
+    c2, d = 1.0 + sem.compute_slowdown_many, sem.call_overhead_s
     threads, gain = sem.threads, sem.concurrency_gain
     busy_to = last_working(work)
+    if per_bucket is None:
+        alone, slow, cfac = [0.0] * nb, [1.0 + sem.comm_slowdown] * nb, [1.0 + sem.compute_slowdown] * nb
+        for j, end in enumerate(ends):
+            nbytes = pb[end] - pb[ends[j - 1] if j else 0]
+            t_solo = cost.time_s(nbytes)
+            if end <= busy_to:  # launched while compute has work left
+                t_solo = t_solo * sem.factor_under_compute(nbytes) + d
+            alone[j] = t_solo
+    else:
+        alone, slow, cfac = per_bucket
     t = forward_s
     i, left = 0, work[0]  # tensor being computed and its remaining uncontended work
     system: list[int] = []  # launched, unfinished buckets in FIFO order; the first `threads` run
@@ -107,11 +166,14 @@ def _events(forward_s, work, pb, ends, cost: CostModel, sem: Semantics):
                 starts[q] = t
         computing = i < n
         k = len(running)
-        r_compute = (1.0 / c if k == 1 else 1.0 / c2) if k else 1.0
-        r_job = ((1.0 + gain * (k - 1)) / k) / (m if computing else 1.0) if k else 0.0
+        r_compute = (1.0 / cfac[running[0]] if k == 1 else 1.0 / c2) if k else 1.0
+        share = (1.0 + gain * (k - 1)) / k if k else 0.0
         dt_compute = left / r_compute if computing else math.inf
-        first = min(running, key=remaining.__getitem__) if k else -1
-        dt_job = remaining[first] / r_job if k else math.inf
+        first, dt_job = -1, math.inf
+        for q in running:
+            dq = remaining[q] / (share / (slow[q] if computing else 1.0))
+            if dq < dt_job:
+                first, dt_job = q, dq
         dt = min(dt_compute, dt_job)
         if dt == math.inf:
             break
@@ -120,6 +182,7 @@ def _events(forward_s, work, pb, ends, cost: CostModel, sem: Semantics):
             left = 0.0 if dt == dt_compute else left - dt * r_compute
         if k:
             for q in running:
+                r_job = share / (slow[q] if computing else 1.0)
                 remaining[q] = 0.0 if (q == first and dt == dt_job) else max(0.0, remaining[q] - dt * r_job)
             done = [q for q in running if remaining[q] <= 0.0]
             for q in done:
@@ -128,12 +191,7 @@ def _events(forward_s, work, pb, ends, cost: CostModel, sem: Semantics):
         if computing and left <= 0.0:
             i += 1
             while j_next < nb and i == ends[j_next]:
-                lo = ends[j_next - 1] if j_next else 0
-                nbytes = pb[ends[j_next]] - pb[lo]
-                t_solo = cost.time_s(nbytes)
-                if i <= busy_to:  # launched while compute has work left
-                    t_solo = t_solo * sem.factor_under_compute(nbytes) + d
-                remaining[j_next] = t_solo
+                remaining[j_next] = alone[j_next]
                 system.append(j_next)
                 j_next += 1
             if i < n:
