@@ -127,3 +127,47 @@ def test_existing_strategies_on_a_resource_cluster_are_scored_at_the_default():
     rs = make_plan(RSHeuristic(), prof, c.allreduce, resources=c.resources)
     assert all(b.resources is not None for b in rs.buckets)
     assert rs.predicted.iteration_s < plan.predicted.iteration_s  # the point of it, on the paper's testbed
+
+
+def _bucketings(n: int):
+    """Every contiguous bucketing of n tensors as bucket ends."""
+    import itertools
+
+    for cuts in itertools.product((False, True), repeat=n - 1):
+        yield tuple(i + 1 for i, c in enumerate(cuts) if c) + (n,)
+
+
+@given(profiles(max_tensors=5), costs, grids())
+def test_joint_is_the_brute_force_optimum(profile, cost, res):
+    import itertools
+
+    from commsched.planners import Joint
+    from commsched.planners.resources import joint_search
+
+    ends, configs = Joint(tolerance=0.0).assign(profile, cost, res)
+    got = max(run_events(profile, ends, cost, res, configs)[1])
+    # the search alone, unbounded, finds it too, and says what it ends at
+    e2, c2, end2 = joint_search(profile, cost, res, 0.0)
+    assert abs(max(run_events(profile, e2, cost, res, c2)[1]) - end2) <= 1e-9 * end2 + 1e-15
+    got = max(got, end2)
+    best = min(
+        max(run_events(profile, e, cost, res, cs)[1])
+        for e in _bucketings(len(profile.tensors))
+        for cs in itertools.product(res.allowed, repeat=len(e))
+    )
+    assert got <= best * (1 + 1e-9) + 1e-15
+
+
+@given(profiles(max_tensors=12), costs, grids(), st.sampled_from([0.0, 0.05]))
+def test_joint_is_never_beaten(profile, cost, res, tol):
+    """Not by the resource planners, nor by any strategy's buckets at any one config, beyond its tolerance."""
+    from commsched.planners import Joint
+
+    ends, configs = Joint(tolerance=tol).assign(profile, cost, res)
+    got = max(run_events(profile, ends, cost, res, configs)[1])
+    rivals = [RSGrid().assign(profile, cost, res), RSHeuristic().assign(profile, cost, res)]
+    rivals += [(p.ends(profile, cost), None) for p in STRATEGIES.values() if p.name != "optimal"]
+    for e, cs in rivals:
+        for c in [None] if cs is not None else res.allowed:
+            t = max(run_events(profile, e, cost, res, cs if cs is not None else [c] * len(e))[1])
+            assert got <= t * (1 + tol) * (1 + 1e-9) + 1e-15

@@ -111,6 +111,11 @@ class ContentionModel(Protocol):
 
     def allreduce_s(self, cost: CostModel, nbytes, config: ResourceConfig, overlapped: bool): ...
 
+    def never_faster_overlapped(self, config: ResourceConfig) -> bool:
+        """True when an all-reduce with ``config`` is never faster beside compute than alone, at any
+        size (LIBRA's Assumption 2, which exact planning needs)."""
+        ...
+
     def to_json(self) -> dict: ...
 
 
@@ -134,6 +139,9 @@ class ConstantContention:
     def allreduce_s(self, cost: CostModel, nbytes, config: ResourceConfig, overlapped: bool):
         t = cost.times_s(nbytes) if np.ndim(nbytes) else cost.time_s(nbytes)
         return t * (1.0 + self.comm_slowdown) if overlapped else t
+
+    def never_faster_overlapped(self, config: ResourceConfig) -> bool:
+        return True  # comm_slowdown >= 0
 
     def to_json(self) -> dict:
         return {"model": self.kind, "compute_slowdown": self.compute_slowdown, "comm_slowdown": self.comm_slowdown}
@@ -202,6 +210,10 @@ class LibraContention:
         return self.startup_s + self.chat_per_byte * np.asarray(nbytes, dtype=np.float64) / x if np.ndim(nbytes) else (
             self.startup_s + self.chat_per_byte * float(nbytes) / x
         )
+
+    def never_faster_overlapped(self, config: ResourceConfig) -> bool:
+        # same startup and c-hat on both sides: p >= q at every size iff x_p(r) <= x_q(r)
+        return self.overlapped.rate(config.threads) <= self.alone.rate(config.threads)
 
     def to_json(self) -> dict:
         return {
@@ -297,6 +309,9 @@ class GridContention:
         e = self.entry(config)
         t = cost.times_s(nbytes) if np.ndim(nbytes) else cost.time_s(nbytes)
         return t * e.relative(nbytes) * (e.overlap_factor if overlapped else 1.0)
+
+    def never_faster_overlapped(self, config: ResourceConfig) -> bool:
+        return self.entry(config).overlap_factor >= 1.0
 
     def to_json(self) -> dict:
         return {"model": self.kind, "configs": [{**c.to_json(), **e.to_json()} for c, e in self.entries]}

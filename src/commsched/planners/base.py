@@ -63,6 +63,8 @@ def plan_and_timeline(
         params["semantics"] = planner.semantics.to_json()  # type: ignore[attr-defined]
     if hasattr(planner, "exact_for"):
         params["optimality"] = planner.exact_for()  # type: ignore[attr-defined]
+    if hasattr(planner, "optimality") and resources is not None:
+        params["optimality"] = planner.optimality(resources)  # type: ignore[attr-defined]
     if semantics != NCCL:
         params["scored_under"] = semantics.to_json()
     buckets = buckets_of(profile, ends)

@@ -72,65 +72,98 @@ def contended_optimal_ends(
     is the end time of any known bucketing; it only prunes, so when nothing beats it the result is
     empty (the caller keeps its bucketing).
     """
+    busy_to = max((i for i, x in enumerate(work_s) if x > 0), default=-1)  # see sim.contention.last_working
+    c, m = float(slow_compute), float(slow_comm)
+
+    def option(k: int, k2: np.ndarray, nbytes: np.ndarray):
+        t = cost.times_s(nbytes)
+        if call_overhead_s or under_compute is not None:
+            busy = k2 <= busy_to
+            factor = under_compute(nbytes) if under_compute is not None else 1.0
+            t = np.where(busy, t * factor + call_overhead_s, t)
+        return t, m, c
+
+    # a factor below 1 makes all-reduces under compute cheaper: the bound on what is left shrinks
+    # with it (the last all-reduce is launched after compute, so its bound stands)
+    scale = min(1.0, min_factor)
+    ends, end_s, _ = front_search(
+        forward_s, work_s, sizes, [option], lambda b: cost.times_s(b) * scale, cost.times_s, upper_bound_s, tolerance
+    )
+    return ends, end_s
+
+
+def front_search(forward_s, work_s, sizes, options, least_time, least_last_time, upper_bound_s=float("inf"), tolerance=0.0):
+    """The programme of the module docstring over bucketings and, per bucket, one of ``options``.
+
+    Each option maps (k, k2 array, bytes array) of the candidate buckets k..k2-1 to (T alone, s, c):
+    the all-reduce's work alone, the factor s >= 1 by which it is longer while compute runs beside
+    it (so T s in flight to its end if compute outlasts it; ``slow_comm`` above) and compute's time
+    factor c under it (``slow_compute``); each may be a scalar or an array over the candidates.
+    ``least_time(bytes)`` and ``least_last_time(bytes)`` bound any bucket's all-reduce and the last
+    one's from below (they prune). Returns (ends, end of the last all-reduce, option index per
+    bucket); empty when nothing beats ``upper_bound_s``.
+
+    The dominance argument needs s >= 1 (an all-reduce never faster beside compute than alone,
+    LIBRA's Assumption 2): then the end never rises with progress. :func:`front_search` does not
+    check it; callers that cannot promise it say so.
+    """
     n = len(work_s)
     work = np.concatenate(([0.0], np.cumsum(np.asarray(work_s, dtype=np.float64))))
     prefix = np.concatenate(([0], np.cumsum(np.asarray(sizes, dtype=np.int64)))).astype(np.float64)
     total = float(work[n])
-    c, m = float(slow_compute), float(slow_comm)
-    busy_to = max((i for i, x in enumerate(work_s) if x > 0), default=-1)  # see sim.contention.last_working
-    comm_left, last_left = _remaining_comm_bounds(prefix, cost)
-    # a factor below 1 makes all-reduces under compute cheaper: the bound on what is left shrinks
-    # with it (the last all-reduce is launched after compute, so its bound stands)
-    comm_left = comm_left * min(1.0, min_factor)
+    comm_left, last_left = _remaining_comm_bounds(prefix, least_time, least_last_time)
     bound = upper_bound_s * (1 + 1e-12)
     # no bucketing ends before compute (forward, all backward) and then the last tensor's all-reduce
     lowest = forward_s + total + float(last_left[0])
     grid = tolerance * lowest / n  # merge states whose end times share a cell this wide (see _merge)
-    # Front of each k: arrays f, p, buckets so far, and the parent (its k and index in that front).
-    # A front under construction (k2 > k) is kept pruned as candidates arrive, so it stays small.
-    empty = (np.empty(0), np.empty(0), np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64))
+    # Front of each k: arrays f, p, buckets so far, the parent (its k and index in that front) and
+    # the option of the bucket that ends here. A front under construction (k2 > k) is kept pruned
+    # as candidates arrive, so it stays small.
+    empty = (np.empty(0), np.empty(0), np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64))
     pending: list[tuple] = [empty] * (n + 1)
-    pending[0] = (np.array([forward_s]), np.array([0.0]), np.zeros(1, np.int64), np.array([-1]), np.array([-1]))
+    pending[0] = (np.array([forward_s]), np.array([0.0]), np.zeros(1, np.int64), np.array([-1]), np.array([-1]), np.array([-1]))
     final: list[tuple] = [empty] * (n + 1)
     for k in range(n):
-        f, p, nb, _, _ = final[k] = pending[k]
+        f, p, nb, _, _, _ = final[k] = pending[k]
         pending[k] = empty
         if f.size == 0:
             continue
         k2 = np.arange(k + 1, n + 1)
         w = work[k2][None, :]  # (1, K2): work through the last tensor of bucket k..k2-1
-        t = cost.times_s(prefix[k + 1 :] - prefix[k])[None, :]  # (1, K2)
-        if call_overhead_s or under_compute is not None:
-            busy = (k2 <= busy_to)[None, :]
-            factor = under_compute(prefix[k + 1 :] - prefix[k])[None, :] if under_compute is not None else 1.0
-            t = np.where(busy, t * factor + call_overhead_s, t)
+        nbytes = prefix[k + 1 :] - prefix[k]
         f_, p_ = f[:, None], p[:, None]  # (S, 1)
         s = f_ + np.maximum(w - p_, 0.0)  # start of the next all-reduce (transition of the docstring)
         q = np.maximum(p_, w)
         r = total - q
-        overlapped = r * c >= t * m
-        f2 = np.where(r <= 0.0, s + t, np.where(overlapped, s + t * m, s + r * c + (t - r * c / m)))
-        p2 = np.where(overlapped & (r > 0.0), q + t * m / c, total)
-        lower = np.maximum(f2 + comm_left[k2][None, :], f2 + (total - p2) + last_left[k2][None, :])
-        lower[:, -1] = f2[:, -1]  # k2 = n: the last all-reduce has ended
+        # every option's transitions at once: arrays (options, states, K2)
+        t, slow, c = (
+            np.stack([np.broadcast_to(np.asarray(v, dtype=np.float64), nbytes.shape) for v in col])[:, None, :]
+            for col in zip(*(opt(k, k2, nbytes) for opt in options))
+        )
+        overlapped = r * c >= t * slow
+        f2 = np.where(r <= 0.0, s + t, np.where(overlapped, s + t * slow, s + r * c + (t - r * c / slow)))
+        p2 = np.where(overlapped & (r > 0.0), q + t * slow / c, total)
+        lower = np.maximum(f2 + comm_left[k2], f2 + (total - p2) + last_left[k2])
+        lower[:, :, -1] = f2[:, :, -1]  # k2 = n: the last all-reduce has ended
         keep = lower <= bound
-        for j in np.flatnonzero(keep.any(axis=0)):
-            rows = np.flatnonzero(keep[:, j])
+        for j in np.flatnonzero(keep.any(axis=(0, 1))):
+            opts, rows = np.nonzero(keep[:, :, j])
             dest = k + 1 + int(j)
-            cand = (f2[rows, j], p2[rows, j], nb[rows] + 1, np.full(rows.size, k), rows)
+            cand = (f2[opts, rows, j], p2[opts, rows, j], nb[rows] + 1, np.full(rows.size, k), rows, opts)
             pending[dest] = _pareto(_merge(_concat(pending[dest], cand), grid))
         if pending[n][0].size:
             bound = min(bound, float(pending[n][0].min()) * (1 + 1e-12))
-    f, _, nb, pk, pi = final[n] = pending[n]
+    f, _, nb, pk, pi, po = final[n] = pending[n]
     if f.size == 0:
-        return (), float("inf")
+        return (), float("inf"), ()
     best = int(np.lexsort((nb, f))[0])
-    ends = []
+    ends, chosen = [], []
     k, i = n, best
     while k > 0:
         ends.append(k)
+        chosen.append(int(final[k][5][i]))
         k, i = int(final[k][3][i]), int(final[k][4][i])
-    return tuple(reversed(ends)), float(f[best])
+    return tuple(reversed(ends)), float(f[best]), tuple(reversed(chosen))
 
 
 def _concat(a: tuple, b: tuple) -> tuple:
@@ -166,7 +199,7 @@ def _pareto(front: tuple) -> tuple:
     return tuple(x[kept] for x in front)
 
 
-def _remaining_comm_bounds(prefix: np.ndarray, cost: CostModel) -> tuple[np.ndarray, np.ndarray]:
+def _remaining_comm_bounds(prefix: np.ndarray, least_time, least_last_time) -> tuple[np.ndarray, np.ndarray]:
     """Lower bounds on what is left after the buckets up to tensor k: ``comm[k]`` the least total
     all-reduce time of any bucketing of tensors k..L-1 (each at full speed, one after another), and
     ``last[k]`` the least time of the all-reduce that holds the last tensor (it starts after compute).
@@ -174,7 +207,8 @@ def _remaining_comm_bounds(prefix: np.ndarray, cost: CostModel) -> tuple[np.ndar
     n = len(prefix) - 1
     comm, last = np.zeros(n + 1), np.zeros(n + 1)  # nothing is left after the last tensor
     for k in range(n - 1, -1, -1):
-        t = cost.times_s(prefix[k + 1 :] - prefix[k])  # buckets k..k2-1 for k2 = k+1..n
+        t = least_time(prefix[k + 1 :] - prefix[k])  # buckets k..k2-1 for k2 = k+1..n
         comm[k] = np.min(t + comm[k + 1 :])
-        last[k] = min(t[-1], last[k + 1]) if k + 1 < n else t[-1]
+        tl = least_last_time(prefix[n : n + 1] - prefix[k])[0]
+        last[k] = min(tl, last[k + 1]) if k + 1 < n else tl
     return comm, last

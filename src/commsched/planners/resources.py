@@ -16,9 +16,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from commsched.cost.contention import ClusterResources, ConstantContention, GridContention, ResourceConfig
 from commsched.cost.models import CostModel
+from commsched.errors import CommschedError
 from commsched.planners.ddp import DDP
+from commsched.planners.optimal_contended import front_search
 from commsched.sim.contention import resource_terms
 from commsched.sim.contention import _events as _run_events
 from commsched.sim.semantics import NCCL, Semantics
@@ -102,3 +106,78 @@ def default_config_semantics(resources: ClusterResources, fallback: Semantics = 
         if all(f == 1.0 for _, f in e.relative_time):
             return Semantics(compute_slowdown=e.compute_factor - 1.0, comm_slowdown=e.overlap_factor - 1.0)
     return fallback
+
+
+@dataclass(frozen=True)
+class Joint:
+    """The least predicted iteration time over every contiguous bucketing and every config per
+    bucket, under the cluster's contention model (beyond the papers: LIBRA fixes at most K groups
+    and discretises compute; the resource-sharing paper keeps DDP's buckets).
+
+    :func:`~commsched.planners.optimal_contended.front_search` with one option per allowed config:
+    states (end of the last all-reduce, compute progress), the Pareto front kept per tensor. Exact
+    with ``tolerance`` 0, within a factor 1 + ``tolerance`` otherwise (the proof in that module),
+    whenever no config's all-reduce runs faster beside compute than alone (LIBRA's Assumption 2;
+    :meth:`optimality` checks it for the cluster's model). The best of DDP's buckets at every
+    config, ``rs-heuristic`` and one bucket at every config bounds the search; if nothing beats that
+    bound (possible only with ``tolerance`` > 0) the bound's plan is returned.
+    """
+
+    tolerance: float = 0.01
+    name: str = "joint"
+
+    def __post_init__(self) -> None:
+        v = self.tolerance
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
+            raise CommschedError(f"tolerance must be a finite number >= 0, got {v!r}")
+
+    def optimality(self, resources: ClusterResources) -> str:
+        faster = [c.short for c in resources.allowed if not resources.contention.never_faster_overlapped(c)]
+        if faster:
+            return f"not proven: configs {', '.join(faster)} run faster beside compute than alone (LIBRA's Assumption 2 fails)"
+        return "exact" if self.tolerance == 0 else f"within {self.tolerance:g} of the optimum"
+
+    def assign(self, profile: ModelProfile, cost: CostModel, resources: ClusterResources):
+        n = len(profile.tensors)
+        candidates = [RSGrid().assign(profile, cost, resources), RSHeuristic().assign(profile, cost, resources)]
+        candidates += [((n,), (c,)) for c in resources.allowed]
+        known = min((max(run_events(profile, e, cost, resources, cs)[1]), len(e), e, cs) for e, cs in candidates)
+        ends, configs, end_s = joint_search(profile, cost, resources, self.tolerance, known[0])
+        if not ends or end_s > known[0]:
+            return known[2], known[3]
+        return ends, configs
+
+
+def joint_search(profile: ModelProfile, cost: CostModel, resources: ClusterResources, tolerance: float, upper_bound_s: float = float("inf")):
+    """:class:`Joint`'s search alone: (ends, configs, end of the last all-reduce); empty when
+    nothing beats ``upper_bound_s``."""
+    model, configs = resources.contention, resources.allowed
+
+    def option_for(cfg: ResourceConfig):
+        cf = float(model.compute_factor(cfg))
+
+        def option(k, k2, nbytes):
+            alone = np.asarray(model.allreduce_s(cost, nbytes, cfg, False), dtype=np.float64)
+            over = np.asarray(model.allreduce_s(cost, nbytes, cfg, True), dtype=np.float64)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return alone, np.where(alone > 0, over / alone, 1.0), cf
+
+        return option
+
+    def least(nbytes, overlapped_too: bool = True):
+        ts = [np.asarray(model.allreduce_s(cost, nbytes, c, False), dtype=np.float64) for c in configs]
+        if overlapped_too:
+            ts += [np.asarray(model.allreduce_s(cost, nbytes, c, True), dtype=np.float64) for c in configs]
+        return np.min(ts, axis=0)
+
+    ends, end_s, chosen = front_search(
+        profile.forward_s,
+        [t.backward_s for t in profile.tensors],
+        [t.bytes for t in profile.tensors],
+        [option_for(c) for c in configs],
+        least,
+        lambda b: least(b, False),
+        upper_bound_s=upper_bound_s,
+        tolerance=tolerance,
+    )
+    return ends, tuple(configs[o] for o in chosen), end_s
