@@ -9,6 +9,7 @@ from commsched.planners.ddp import DDP
 from commsched.planners.horovod import Horovod, horovod_legacy
 from commsched.planners.mgwfbp import MGWFBP
 from commsched.planners.optimal import Optimal, optimal_ends
+from commsched.planners.libra import Libra
 from commsched.planners.resources import Joint, RSGrid, RSHeuristic
 from commsched.planners.simple import WFBP, SyncEASGD
 from commsched.sim.semantics import NCCL, Semantics
@@ -20,7 +21,7 @@ STRATEGIES: dict[str, Planner] = {
 
 
 # Strategies that choose each all-reduce's resources: they need a cluster that declares them.
-RESOURCE_STRATEGIES: dict[str, Planner] = {p.name: p for p in (RSGrid(), RSHeuristic(), Joint())}
+RESOURCE_STRATEGIES: dict[str, Planner] = {p.name: p for p in (RSGrid(), RSHeuristic(), Libra(), Joint())}
 
 
 def planner(name: str) -> Planner:
@@ -42,6 +43,7 @@ __all__ = [
     "RESOURCE_STRATEGIES",
     "STRATEGIES",
     "Joint",
+    "Libra",
     "RSGrid",
     "RSHeuristic",
     "AdaFusion",
