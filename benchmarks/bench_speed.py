@@ -64,8 +64,13 @@ def report(label: str, stats: tuple[float, float, float], target: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=21)
+    ap.add_argument("--resources", action="store_true", help="only the resource planners (issue 12, item 7), timed 3 times")
+    ap.add_argument("--with-densenet201", action="store_true", help="with --resources: also optimal under contention on densenet201")
     args = ap.parse_args()
     r = args.repeats
+    if args.resources:
+        resource_planners(3)
+        return
     cluster = preset("v100-10gbe")
     cost = cluster.allreduce
     piecewise = Piecewise(2e-6, 5e-5, 8e-10, 1e-4, 45_000)  # OSF Eq. 18 shape, for the general path
@@ -108,6 +113,25 @@ def main() -> None:
             timed(lambda: subprocess.run(cmd, check=True, capture_output=True), 3),
             "-",
         )
+
+
+def resource_planners(r: int) -> None:
+    """Issue 12, item 7: libra (K = 10, Z = 150, 16 configs) on resnet152, joint on resnet50, and
+    optimal under contention on densenet201 at its default tolerance, on the rs-2xv100s-pcie preset
+    (batch 32, V100S); optimal plans for the default config's contention (compute x2.33)."""
+    from commsched.planners import Joint, Libra
+    from commsched.planners.resources import default_config_semantics
+
+    c = preset("rs-2xv100s-pcie")
+    res = c.resources
+    profs = {m: zoo_profile(m, 32, "V100S") for m in ("resnet50", "resnet152", "densenet201")}
+    print("| what | median | [min, max] | target |")
+    print("|---|---|---|---|")
+    report("libra (K = 10, Z = 150, 16 configs), resnet152 (466 tensors)", timed(lambda: Libra().assign(profs["resnet152"], c.allreduce, res), r), "< 5 s")
+    report("joint (tolerance 0.01), resnet50 (161 tensors)", timed(lambda: Joint().assign(profs["resnet50"], c.allreduce, res), r), "< 1 s")
+    sem = default_config_semantics(res)
+    if "--with-densenet201" in sys.argv:  # minutes (not finished in 4.5 on 2026-11-24): opt in
+        report("optimal under contention (tolerance 0.01), densenet201 (604 tensors)", timed(lambda: Optimal(sem).ends(profs["densenet201"], c.allreduce), 1), "< 10 s")
 
 
 if __name__ == "__main__":

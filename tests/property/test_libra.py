@@ -65,3 +65,48 @@ def test_bad_parameters():
         Libra(z_chunks=0)
     with pytest.raises(CommschedError, match="fusion"):
         Libra(fusion="magic")
+
+
+@st.composite
+def any_grids(draw) -> ClusterResources:
+    """Grids with overlap factors too, so dominance has to hold on all four terms."""
+    cfgs = draw(st.lists(st.sampled_from(default_grid()), min_size=1, max_size=5, unique=True))
+    entries = tuple(
+        (c, GridEntry(((1, draw(st.floats(0.3, 3.0))), (10**6, draw(st.floats(0.3, 3.0)))), draw(st.floats(1.0, 4.0)), draw(st.floats(1.0, 2.0))))
+        for c in cfgs
+    )
+    return ClusterResources(tuple(cfgs), cfgs[0], GridContention(entries))
+
+
+@given(profiles(max_tensors=8), costs, any_grids(), st.integers(1, 4), st.sampled_from([5, 30]))
+def test_dropping_dominated_configs_changes_nothing(profile, cost, res, k, z):
+    a = libra_joint(profile, cost, res, k, z, prune=True)
+    b = libra_joint(profile, cost, res, k, z, prune=False)
+    assert a[2] == pytest.approx(b[2], rel=1e-12, abs=1e-15)
+
+
+@given(profiles(min_tensors=2, max_tensors=8), costs, lib_grids())
+def test_groups_end_only_where_compute_follows(profile, cost, res):
+    ends, _, _ = libra_joint(profile, cost, res, 4, 20)
+    n = len(profile.tensors)
+    if sum(t.backward_s for t in profile.tensors) > 0:
+        assert all(e == n or profile.tensors[e].backward_s > 0 for e in ends)
+
+
+def test_which_configs_are_dominated():
+    import numpy as np
+
+    from commsched.planners.libra import _undominated
+
+    # columns: two group sizes; rows: configs (T_o, T_a equal), with their compute factors
+    t = np.array([[1.0, 2.0], [1.0, 2.0], [2.0, 4.0], [0.9, 1.8]])
+    f = np.array([1.0, 4.0, 2.0, 4.5])
+    keep = _undominated(t, t, f)
+    # row 2 is beaten by row 0 (no slower, lighter, hides in no more chunks); row 1 (heavy but
+    # hidden in a quarter of the compute) and row 3 (fastest, heaviest) by nothing; row 0 by
+    # nothing (row 3 is lighter on nothing)
+    assert keep.tolist() == [True, True, False, True]
+    # faster and lighter but needing more compute to hide: not dominating
+    assert _undominated(np.array([[1.0], [0.9]]), np.array([[1.0], [0.9]]), np.array([4.0, 1.0])).tolist() == [True, True]
+    # identical configs: the first stays
+    assert _undominated(np.array([[1.0], [1.0]]), np.array([[1.0], [1.0]]), np.array([2.0, 2.0])).tolist() == [True, False]

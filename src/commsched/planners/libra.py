@@ -125,9 +125,12 @@ def libra_fixed(profile: ModelProfile, ends: Sequence[int], cost: CostModel, res
     return tuple(reversed(configs)), float(tab[k, zb])
 
 
-def libra_joint(profile: ModelProfile, cost: CostModel, resources: ClusterResources, max_groups: int = 10, z_chunks: int = 150):
+def libra_joint(
+    profile: ModelProfile, cost: CostModel, resources: ClusterResources, max_groups: int = 10, z_chunks: int = 150, prune: bool = True
+):
     """Eq. 21-23: tensor fusion into at most ``max_groups`` groups and a config for each; returns
-    (ends, configs, the programme's least T(i, L, Z) over i <= K)."""
+    (ends, configs, the programme's least T(i, L, Z) over i <= K). ``prune`` drops configs that
+    another beats in every stage cost (:func:`_undominated`; the value is the same without it)."""
     _check_z(z_chunks)
     if isinstance(max_groups, bool) or not isinstance(max_groups, int) or max_groups < 1:
         raise CommschedError(f"LIBRA's K (most groups) must be a whole number >= 1, got {max_groups!r}")
@@ -143,36 +146,44 @@ def libra_joint(profile: ModelProfile, cost: CostModel, resources: ClusterResour
     tab[0, 0] = np.arange(zb + 1) * w
     back = np.zeros((kk + 1, n + 1, zb + 1, 3), dtype=np.int64)  # (l', z', j)
     f = np.array([resources.contention.compute_factor(c) for c in resources.allowed], dtype=np.float64)
-    # T_o and T_a of every group l'..l-1 at every config, once: (J, n+1, n+1), inf where l' >= l
+    # T_o and T_a of every group l'..l-1 at every config, once: (J, n+1, n+1)
     pair = prefix[None, :] - prefix[:, None]  # [l', l]
     valid = pair > 0
     t_o_all, t_a_all, _ = _stage_terms(cost, resources, np.where(valid, pair, 1.0).ravel())
     t_o_all = t_o_all.reshape(jn, n + 1, n + 1)
     t_a_all = t_a_all.reshape(jn, n + 1, n + 1)
+    keep = _undominated(t_o_all[:, valid], t_a_all[:, valid], f) if prune else np.ones(jn, dtype=bool)
+    # LIBRA's groups are runs of layers: a group may end only where backward compute follows (or at
+    # the end); tensors that become ready at the same moment as the one before them (a layer's
+    # bias, estimated normalisation layers) stay with it
+    ends_ok = np.array([l for l in range(1, n + 1) if l == n or profile.tensors[l].backward_s > 0])
     if w <= 0:  # no backward compute: groups run alone, one after another, each at its fastest config
         return _no_compute_joint(t_a_all, kk, n, resources)
+    starts_ok = np.concatenate(([0], ends_ok))
+    js = np.flatnonzero(keep)
     for i in range(1, kk + 1):
-        for l in range(i, n + 1):
-            lp = np.arange(i - 1, l)  # l' with i-1 groups possible (at least one tensor each)
+        for l in ends_ok:
+            lp = starts_ok[starts_ok < l]
             lp = lp[np.isfinite(tab[i - 1, lp]).any(axis=1)]
             if lp.size == 0:
                 continue
-            t_o, t_a = t_o_all[:, lp, l], t_a_all[:, lp, l]  # (J, L')
+            t_o, t_a = t_o_all[np.ix_(js, lp, [l])][..., 0], t_a_all[np.ix_(js, lp, [l])][..., 0]  # (J', L')
             prev = tab[i - 1, lp]  # (L', Z+1)
-            inner, at_inner = _stage_inner(prev.copy(), int(zmin[l]), w, zb, t_o, np.broadcast_to(f[:, None], t_o.shape))
+            fj = f[js]
+            inner, at_inner = _stage_inner(prev.copy(), int(zmin[l]), w, zb, t_o, np.broadcast_to(fj[:, None], t_o.shape))
             pl = prev.copy()
             pl[..., : int(zmin[l])] = np.inf
             pl = pl[None]
-            last, at_last = _stage_last(pl, w, zb, t_o[..., None], t_a[..., None], f[:, None, None])
+            last, at_last = _stage_last(pl, w, zb, t_o[..., None], t_a[..., None], fj[:, None, None])
             vals = np.concatenate((inner, last[..., None]), axis=-1)  # (J, L', Z+1)
             ats = np.concatenate((at_inner, at_last[..., None]), axis=-1)
             flat = vals.reshape(-1, zb + 1)
             best = np.argmin(flat, axis=0)
             tab[i, l] = flat[best, np.arange(zb + 1)]
-            jb, lb = np.unravel_index(best, (jn, lp.size))
+            jb, lb = np.unravel_index(best, (js.size, lp.size))
             back[i, l, :, 0] = lp[lb]
             back[i, l, :, 1] = ats[jb, lb, np.arange(zb + 1)]
-            back[i, l, :, 2] = jb
+            back[i, l, :, 2] = js[jb]
     finals = tab[1:, n, zb]
     if not np.isfinite(finals).any():
         raise CommschedError("LIBRA's programme found no schedule (every stage infeasible); raise Z")
@@ -185,6 +196,28 @@ def libra_joint(profile: ModelProfile, cost: CostModel, resources: ClusterResour
         configs.append(resources.allowed[j])
         l, z, i = lp, zp, i - 1
     return tuple(reversed(ends)), tuple(reversed(configs)), value
+
+
+def _undominated(t_o: np.ndarray, t_a: np.ndarray, f: np.ndarray) -> np.ndarray:
+    """Configs (rows; columns are group sizes) that no other config beats in every stage cost of
+    the programme: R' makes R useless when, at every size, T_a' <= T_a, T_o' <= T_o, f' <= f and
+    T_o'/f' <= T_o/f. Then pen = T_o (1 - 1/f), d = ceil(T_o / (f w)) and the last stage's h (each
+    increasing in T_a, T_o and f, continuous where its branches meet) are no larger for R'. Among
+    configs equal in all four, the first is kept."""
+    j = t_o.shape[0]
+    keep = np.ones(j, dtype=bool)
+    ratio = t_o / f[:, None]
+    for a in range(j):
+        for b in range(j):
+            if a == b or not keep[b]:
+                continue
+            le = (t_a[b] <= t_a[a]).all() and (t_o[b] <= t_o[a]).all() and f[b] <= f[a] and (ratio[b] <= ratio[a]).all()
+            if le:
+                eq = (t_a[b] == t_a[a]).all() and (t_o[b] == t_o[a]).all() and f[b] == f[a]
+                if not eq or b < a:
+                    keep[a] = False
+                    break
+    return keep
 
 
 def _no_compute_joint(t_a_all: np.ndarray, kk: int, n: int, resources: ClusterResources):
