@@ -171,3 +171,29 @@ def test_joint_is_never_beaten(profile, cost, res, tol):
         for c in [None] if cs is not None else res.allowed:
             t = max(run_events(profile, e, cost, res, cs if cs is not None else [c] * len(e))[1])
             assert got <= t * (1 + tol) * (1 + 1e-9) + 1e-15
+
+
+@given(profiles(max_tensors=10), costs, grids())
+def test_dropping_dominated_configs_keeps_the_optimum(profile, cost, res):
+    from commsched.planners.resources import joint_search
+
+    _, _, with_drop = joint_search(profile, cost, res, 0.0, drop_dominated=True)
+    _, _, without = joint_search(profile, cost, res, 0.0, drop_dominated=False)
+    assert with_drop == pytest.approx(without, rel=1e-12, abs=1e-15)
+
+
+def test_dominated_options():
+    import numpy as np
+
+    from commsched.planners.optimal_contended import _dominated
+
+    one = lambda *v: np.array(v, dtype=float)[:, None]  # noqa: E731  (one bucket size)
+    # options a, b as (T alone, slow, compute factor c); in flight to its end an all-reduce covers T s / c of compute
+    # a = (2, 1, 2) covers 1 s in 2 s; b = (1, 1, 1) covers 1 s in 1 s: b ends sooner, as far along: a is useless
+    assert _dominated(one(2.0, 1.0), one(1.0, 1.0), one(2.0, 1.0)).ravel().tolist() == [True, False]
+    # a = (2, 1, 1) covers 2 s: b ends sooner but with less compute done: both stay
+    assert _dominated(one(2.0, 1.0), one(1.0, 1.0), one(1.0, 1.0)).ravel().tolist() == [False, False]
+    # b slower beside compute (slow 3): not dominating a = (2, 1, 2) although faster alone
+    assert _dominated(one(2.0, 1.0), one(1.0, 3.0), one(2.0, 1.0)).ravel().tolist() == [False, False]
+    # equal: the first stays
+    assert _dominated(one(1.0, 1.0), one(1.0, 1.0), one(2.0, 2.0)).ravel().tolist() == [False, True]

@@ -92,7 +92,9 @@ def contended_optimal_ends(
     return ends, end_s
 
 
-def front_search(forward_s, work_s, sizes, options, least_time, least_last_time, upper_bound_s=float("inf"), tolerance=0.0):
+def front_search(
+    forward_s, work_s, sizes, options, least_time, least_last_time, upper_bound_s=float("inf"), tolerance=0.0, drop_dominated=False
+):
     """The programme of the module docstring over bucketings and, per bucket, one of ``options``.
 
     Each option maps (k, k2 array, bytes array) of the candidate buckets k..k2-1 to (T alone, s, c):
@@ -106,6 +108,14 @@ def front_search(forward_s, work_s, sizes, options, least_time, least_last_time,
     The dominance argument needs s >= 1 (an all-reduce never faster beside compute than alone,
     LIBRA's Assumption 2): then the end never rises with progress. :func:`front_search` does not
     check it; callers that cannot promise it say so.
+
+    ``drop_dominated`` (needs s >= 1 too): for a bucket, option B makes option A useless when B's
+    all-reduce is no longer alone (T_B <= T_A) nor beside compute (T_B s_B <= T_A s_A), slows
+    compute no more (c_B <= c_A) and covers at least as much compute while in flight
+    (T_B s_B / c_B >= T_A s_A / c_A). Then from any state B's all-reduce is at every moment at least
+    as far along as A's (so it ends no later) and compute is at least as far along when it ends
+    (in flight to its end: q + T s / c; else all of it), so B's state dominates A's and A's is never
+    made. Among options equal in all four, the first is kept.
     """
     n = len(work_s)
     work = np.concatenate(([0.0], np.cumsum(np.asarray(work_s, dtype=np.float64))))
@@ -120,10 +130,21 @@ def front_search(forward_s, work_s, sizes, options, least_time, least_last_time,
     # the option of the bucket that ends here. A front under construction (k2 > k) is kept pruned
     # as candidates arrive, so it stays small.
     empty = (np.empty(0), np.empty(0), np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64))
+    # Candidates wait in a list per destination and are folded into its front when they outnumber
+    # it (and when the destination is reached): one sort per fold, not per source.
     pending: list[tuple] = [empty] * (n + 1)
     pending[0] = (np.array([forward_s]), np.array([0.0]), np.zeros(1, np.int64), np.array([-1]), np.array([-1]), np.array([-1]))
+    waiting: list[list[tuple]] = [[] for _ in range(n + 1)]
+    waiting_rows = [0] * (n + 1)
+
+    def fold(dest: int) -> None:
+        if waiting[dest]:
+            pending[dest] = _front(_concat_all([pending[dest], *waiting[dest]]), grid)
+            waiting[dest], waiting_rows[dest] = [], 0
+
     final: list[tuple] = [empty] * (n + 1)
     for k in range(n):
+        fold(k)
         f, p, nb, _, _, _ = final[k] = pending[k]
         pending[k] = empty
         if f.size == 0:
@@ -140,19 +161,31 @@ def front_search(forward_s, work_s, sizes, options, least_time, least_last_time,
             np.stack([np.broadcast_to(np.asarray(v, dtype=np.float64), nbytes.shape) for v in col])[:, None, :]
             for col in zip(*(opt(k, k2, nbytes) for opt in options))
         )
+        ids = np.arange(len(options))
+        useless = np.zeros((len(options), 1, nbytes.size), dtype=bool)
+        if drop_dominated and len(options) > 1:
+            useless = _dominated(t[:, 0], slow[:, 0], c[:, 0])[:, None, :]
+            used = ~useless.all(axis=(1, 2))
+            ids, t, slow, c, useless = ids[used], t[used], slow[used], c[used], useless[used]
         overlapped = r * c >= t * slow
         f2 = np.where(r <= 0.0, s + t, np.where(overlapped, s + t * slow, s + r * c + (t - r * c / slow)))
         p2 = np.where(overlapped & (r > 0.0), q + t * slow / c, total)
         lower = np.maximum(f2 + comm_left[k2], f2 + (total - p2) + last_left[k2])
         lower[:, :, -1] = f2[:, :, -1]  # k2 = n: the last all-reduce has ended
-        keep = lower <= bound
+        keep = (lower <= bound) & ~useless
         for j in np.flatnonzero(keep.any(axis=(0, 1))):
             opts, rows = np.nonzero(keep[:, :, j])
             dest = k + 1 + int(j)
-            cand = (f2[opts, rows, j], p2[opts, rows, j], nb[rows] + 1, np.full(rows.size, k), rows, opts)
-            pending[dest] = _pareto(_merge(_concat(pending[dest], cand), grid))
+            cand = (f2[opts, rows, j], p2[opts, rows, j], nb[rows] + 1, np.full(rows.size, k), rows, ids[opts])
+            waiting[dest].append(cand)
+            waiting_rows[dest] += rows.size
+            if waiting_rows[dest] > max(256, 2 * pending[dest][0].size):
+                fold(dest)
+        if waiting[n]:
+            fold(n)
         if pending[n][0].size:
             bound = min(bound, float(pending[n][0].min()) * (1 + 1e-12))
+    fold(n)
     f, _, nb, pk, pi, po = final[n] = pending[n]
     if f.size == 0:
         return (), float("inf"), ()
@@ -164,6 +197,40 @@ def front_search(forward_s, work_s, sizes, options, least_time, least_last_time,
         chosen.append(int(final[k][5][i]))
         k, i = int(final[k][3][i]), int(final[k][4][i])
     return tuple(reversed(ends)), float(f[best]), tuple(reversed(chosen))
+
+
+def _dominated(t: np.ndarray, slow: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """(options, K2): True where another option makes this one useless (:func:`front_search`)."""
+    to = t * slow
+    cover = to / c
+    # [a, b, k2]: b is at least as good as a in all four
+    ge = (t[None] <= t[:, None]) & (to[None] <= to[:, None]) & (c[None] <= c[:, None]) & (cover[None] >= cover[:, None])
+    same = (t[None] == t[:, None]) & (to[None] == to[:, None]) & (c[None] == c[:, None])
+    j = t.shape[0]
+    earlier = np.arange(j)[None, :, None] < np.arange(j)[:, None, None]  # b listed before a
+    beats = ge & (~same | earlier)
+    beats[np.arange(j), np.arange(j)] = False
+    return beats.any(axis=1)
+
+
+def _concat_all(parts: list[tuple]) -> tuple:
+    return tuple(np.concatenate(cols) for cols in zip(*parts))
+
+
+def _front(front: tuple, grid: float) -> tuple:
+    """:func:`_pareto` then, of the states left in one cell ``grid`` seconds wide, the one with the
+    most progress: what :func:`_merge` then :func:`_pareto` keep, with one sort. On a Pareto front
+    sorted by end time, progress rises too, so a cell's most progress is its last state; and a
+    cell's best state that is dominated from an earlier cell leaves no state of that cell on the
+    front either way."""
+    front = _pareto(front)
+    f = front[0]
+    if grid <= 0.0 or f.size <= 1:
+        return front
+    cell = np.floor(f / grid)
+    last = np.ones(f.size, dtype=bool)
+    last[:-1] = cell[1:] != cell[:-1]
+    return tuple(x[last] for x in front)
 
 
 def _concat(a: tuple, b: tuple) -> tuple:

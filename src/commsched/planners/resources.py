@@ -148,9 +148,17 @@ class Joint:
         return ends, configs
 
 
-def joint_search(profile: ModelProfile, cost: CostModel, resources: ClusterResources, tolerance: float, upper_bound_s: float = float("inf")):
+def joint_search(
+    profile: ModelProfile,
+    cost: CostModel,
+    resources: ClusterResources,
+    tolerance: float,
+    upper_bound_s: float = float("inf"),
+    drop_dominated: bool | None = None,
+):
     """:class:`Joint`'s search alone: (ends, configs, end of the last all-reduce); empty when
-    nothing beats ``upper_bound_s``."""
+    nothing beats ``upper_bound_s``. ``drop_dominated`` (default: when LIBRA's Assumption 2 holds
+    for every config, which it needs) skips configs another makes useless for a bucket."""
     model, configs = resources.contention, resources.allowed
 
     def option_for(cfg: ResourceConfig):
@@ -179,5 +187,6 @@ def joint_search(profile: ModelProfile, cost: CostModel, resources: ClusterResou
         lambda b: least(b, False),
         upper_bound_s=upper_bound_s,
         tolerance=tolerance,
+        drop_dominated=all(model.never_faster_overlapped(c) for c in configs) if drop_dominated is None else drop_dominated,
     )
     return ends, tuple(configs[o] for o in chosen), end_s
