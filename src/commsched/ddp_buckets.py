@@ -236,5 +236,11 @@ def ddp_options_doc(plan: Plan) -> dict:
             "bucket rebuild (iteration 1 on); iteration 0 lays the same caps over the parameters in definition "
             "order. Exact for one gradient dtype; commsched.ddp_options(plan, model) checks the model and "
             "warns where DDP cannot express a plan (mixed dtypes, find_unused_parameters=True)."
+            + (
+                " The plan also gives its buckets NCCL resources (blocks x threads per block); these options do "
+                "not apply them: every all-reduce runs with the library's default."
+                if any(b.resources is not None for b in plan.buckets)
+                else ""
+            )
         ),
     }

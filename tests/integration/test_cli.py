@@ -293,6 +293,7 @@ def test_plan_with_resources_on_the_rs_preset(tmp_path):
     assert table.returncode == 0, table.stderr
     assert "resources" in table.stdout and "mixed" in table.stdout and "2x256" in table.stdout
     assert json.loads((tmp_path / "plan.json").read_text())["strategy"] == "rs-heuristic"
+    assert "do not apply them" in json.loads((tmp_path / "ddp_options.json").read_text())["note"]
     r = run("presets")
     assert "rs-2xv100s-pcie" in r.stdout and "rs-grid" in r.stdout and "rs-heuristic" in r.stdout
 
