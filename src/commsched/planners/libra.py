@@ -78,13 +78,17 @@ def _stage_inner(prev: np.ndarray, z_lo: int, w: float, z_big: int, t_o, f) -> t
     arg = np.maximum.accumulate(np.where(u == run, np.arange(z_big + 1), -1), axis=-1)
     d = np.ceil(np.where(w > 0, t_o / (f * w), 0.0) - 1e-9).astype(np.int64)
     d = np.where(t_o > 0, np.maximum(d, 1), 0)  # an all-reduce takes time: at least one chunk
-    src = np.arange(z_big) - d[..., None]  # (J, ..., Z)
-    ok = src >= 0
+    # only z >= z_lo can be reached (the group's gradients are ready at z_lo at the earliest)
+    zs = np.arange(z_lo, z_big)
+    src = zs - d[..., None]  # (J, ..., Z - z_lo)
+    ok = src >= z_lo
     srcc = np.clip(src, 0, z_big)
     shape = src.shape[:-1] + (z_big + 1,)
-    val = np.where(ok, np.take_along_axis(np.broadcast_to(run, shape), srcc, axis=-1), np.inf)
-    at = np.where(ok, np.take_along_axis(np.broadcast_to(arg, shape), srcc, axis=-1), -1)
-    return val + np.arange(z_big) * w + (t_o * (1 - 1 / f))[..., None], at
+    val = np.full(src.shape[:-1] + (z_big,), np.inf)
+    at = np.full(src.shape[:-1] + (z_big,), -1, dtype=np.int64)
+    val[..., z_lo:] = np.where(ok, np.take_along_axis(np.broadcast_to(run, shape), srcc, axis=-1), np.inf) + zs * w
+    at[..., z_lo:] = np.where(ok, np.take_along_axis(np.broadcast_to(arg, shape), srcc, axis=-1), -1)
+    return val + (t_o * (1 - 1 / f))[..., None], at
 
 
 def libra_fixed(profile: ModelProfile, ends: Sequence[int], cost: CostModel, resources: ClusterResources, z_chunks: int = 150):
