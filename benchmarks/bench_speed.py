@@ -65,7 +65,6 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=21)
     ap.add_argument("--resources", action="store_true", help="only the resource planners (issue 12, item 7), timed 3 times")
-    ap.add_argument("--with-densenet201", action="store_true", help="with --resources: also optimal under contention on densenet201")
     args = ap.parse_args()
     r = args.repeats
     if args.resources:
@@ -130,8 +129,7 @@ def resource_planners(r: int) -> None:
     report("libra (K = 10, Z = 150, 16 configs), resnet152 (466 tensors)", timed(lambda: Libra().assign(profs["resnet152"], c.allreduce, res), r), "< 5 s")
     report("joint (tolerance 0.01), resnet50 (161 tensors)", timed(lambda: Joint().assign(profs["resnet50"], c.allreduce, res), r), "< 1 s")
     sem = default_config_semantics(res)
-    if "--with-densenet201" in sys.argv:  # minutes (not finished in 4.5 on 2026-11-24): opt in
-        report("optimal under contention (tolerance 0.01), densenet201 (604 tensors)", timed(lambda: Optimal(sem).ends(profs["densenet201"], c.allreduce), 1), "< 10 s")
+    report("optimal under contention (tolerance 0.01), densenet201 (604 tensors)", timed(lambda: Optimal(sem).ends(profs["densenet201"], c.allreduce), r), "< 10 s")
 
 
 if __name__ == "__main__":

@@ -73,10 +73,11 @@ def test_within_the_tolerance_of_brute_force(profile, cost, cs, ms, d, tolerance
 @settings(max_examples=500)
 @given(profiles(max_tensors=10), costs, slowdowns, slowdowns, st.sampled_from([0.05, 0.5, 2.0]))
 def test_the_grid_alone_keeps_its_bound(profile, cost, cs, ms, tolerance):
-    """The programme itself, without Optimal's fallback to the plain optimum or one bucket (which
-    would hide a grid too coarse for its proof): within 1 + tolerance even at coarse tolerances."""
+    """The programme itself, without Optimal's fallback to the plain optimum or one bucket nor the
+    coarse first pass (either would hide a grid too coarse for its proof): within 1 + tolerance
+    even at coarse tolerances."""
     work, sizes = [t.backward_s for t in profile.tensors], [t.bytes for t in profile.tensors]
-    ends, end_s = contended_optimal_ends(profile.forward_s, work, sizes, cost, 1 + cs, 1 + ms, tolerance=tolerance)
+    ends, end_s = contended_optimal_ends(profile.forward_s, work, sizes, cost, 1 + cs, 1 + ms, tolerance=tolerance, coarse_first=False)
     got = simulate_contended(profile, ends, cost, cs, ms)
     assert rel_close(got.iteration_s - profile.optimizer_s, end_s)  # the end it reports is the simulator's
     assert got.iteration_s <= brute_force(profile, cost, cs, ms) * (1 + tolerance) * (1 + 1e-9)

@@ -60,6 +60,7 @@ def contended_optimal_ends(
     call_overhead_s: float = 0.0,
     under_compute=None,
     min_factor: float = 1.0,
+    coarse_first: bool = True,
 ) -> tuple[tuple[int, ...], float]:
     """Bucket ends of an optimal bucketing under contention and the end of its last all-reduce.
 
@@ -70,7 +71,8 @@ def contended_optimal_ends(
     as :mod:`commsched.sim.contention` does: that is T in every formula above for that bucket, so
     the proof holds as it stands. ``upper_bound_s``
     is the end time of any known bucketing; it only prunes, so when nothing beats it the result is
-    empty (the caller keeps its bucketing).
+    empty (the caller keeps its bucketing). ``coarse_first``: :func:`two_pass` (off: the programme
+    at ``tolerance`` alone, as the tests of its bound need).
     """
     busy_to = max((i for i, x in enumerate(work_s) if x > 0), default=-1)  # see sim.contention.last_working
     c, m = float(slow_compute), float(slow_comm)
@@ -86,14 +88,35 @@ def contended_optimal_ends(
     # a factor below 1 makes all-reduces under compute cheaper: the bound on what is left shrinks
     # with it (the last all-reduce is launched after compute, so its bound stands)
     scale = min(1.0, min_factor)
-    ends, end_s, _ = front_search(
-        forward_s, work_s, sizes, [option], lambda b: cost.times_s(b) * scale, cost.times_s, upper_bound_s, tolerance
-    )
+    def search(tol, bound):
+        return front_search(
+            forward_s, work_s, sizes, [option], lambda b: cost.times_s(b) * scale, cost.times_s, bound, tol, overlap_bound=(c, m)
+        )
+
+    ends, end_s, _ = two_pass(search, tolerance, upper_bound_s) if coarse_first else search(tolerance, upper_bound_s)
     return ends, end_s
 
 
+COARSE_TOLERANCE = 1.0
+
+
+def two_pass(search, tolerance: float, upper_bound_s: float):
+    """``search(tolerance, upper_bound_s)`` first at :data:`COARSE_TOLERANCE` (fast: wide cells),
+    then at ``tolerance`` bounded by what the first found, which prunes far more. Still within
+    1 + ``tolerance`` of the optimum: the second pass finds a result within it whenever one beats
+    the first's, and otherwise the first's is within it."""
+    if tolerance >= COARSE_TOLERANCE:
+        return search(tolerance, upper_bound_s)
+    coarse = search(COARSE_TOLERANCE, upper_bound_s)
+    if coarse[0]:
+        upper_bound_s = min(upper_bound_s, coarse[1])
+    fine = search(tolerance, upper_bound_s)
+    return fine if fine[0] else coarse
+
+
 def front_search(
-    forward_s, work_s, sizes, options, least_time, least_last_time, upper_bound_s=float("inf"), tolerance=0.0, drop_dominated=False
+    forward_s, work_s, sizes, options, least_time, least_last_time, upper_bound_s=float("inf"), tolerance=0.0, drop_dominated=False,
+    overlap_bound=None,
 ):
     """The programme of the module docstring over bucketings and, per bucket, one of ``options``.
 
@@ -116,6 +139,13 @@ def front_search(
     as far along as A's (so it ends no later) and compute is at least as far along when it ends
     (in flight to its end: q + T s / c; else all of it), so B's state dominates A's and A's is never
     made. Among options equal in all four, the first is kept.
+
+    ``overlap_bound`` = (c, s), when every option slows compute by at least c and its all-reduce by
+    at least s beside compute, and at most that (one option, as :func:`contended_optimal_ends`):
+    then from a state with X of compute and at least Y of all-reduce work left, the rest takes at
+    least X + Y - max(0, 1/c + 1/s - 1) min(X c, Y s) (overlapping o seconds does o / c of compute
+    and o / s of all-reduce work in o seconds; the best o is as long as both last), a pruning bound
+    that counts what contention costs.
     """
     n = len(work_s)
     work = np.concatenate(([0.0], np.cumsum(np.asarray(work_s, dtype=np.float64))))
@@ -171,16 +201,25 @@ def front_search(
         f2 = np.where(r <= 0.0, s + t, np.where(overlapped, s + t * slow, s + r * c + (t - r * c / slow)))
         p2 = np.where(overlapped & (r > 0.0), q + t * slow / c, total)
         lower = np.maximum(f2 + comm_left[k2], f2 + (total - p2) + last_left[k2])
+        if overlap_bound is not None:
+            oc, os_ = overlap_bound
+            x, y = total - p2, comm_left[k2]
+            lower = np.maximum(lower, f2 + x + y - max(0.0, 1 / oc + 1 / os_ - 1) * np.minimum(x * oc, y * os_))
         lower[:, :, -1] = f2[:, :, -1]  # k2 = n: the last all-reduce has ended
         keep = (lower <= bound) & ~useless
-        for j in np.flatnonzero(keep.any(axis=(0, 1))):
-            opts, rows = np.nonzero(keep[:, :, j])
-            dest = k + 1 + int(j)
-            cand = (f2[opts, rows, j], p2[opts, rows, j], nb[rows] + 1, np.full(rows.size, k), rows, ids[opts])
-            waiting[dest].append(cand)
-            waiting_rows[dest] += rows.size
-            if waiting_rows[dest] > max(256, 2 * pending[dest][0].size):
-                fold(dest)
+        # every kept candidate at once, grouped by destination (one gather, then slices)
+        js, opts, rows = np.nonzero(keep.transpose(2, 0, 1))
+        if js.size:
+            cols = (f2[opts, rows, js], p2[opts, rows, js], nb[rows] + 1, np.full(rows.size, k), rows, ids[opts])
+            cuts = np.flatnonzero(np.diff(js)) + 1
+            starts = np.concatenate(([0], cuts))
+            stops = np.concatenate((cuts, [js.size]))
+            for a, b in zip(starts.tolist(), stops.tolist()):
+                dest = k + 1 + int(js[a])
+                waiting[dest].append(tuple(x[a:b] for x in cols))
+                waiting_rows[dest] += b - a
+                if waiting_rows[dest] > max(4096, 4 * pending[dest][0].size):
+                    fold(dest)
         if waiting[n]:
             fold(n)
         if pending[n][0].size:

@@ -22,7 +22,7 @@ from commsched.cost.contention import ClusterResources, ConstantContention, Grid
 from commsched.cost.models import CostModel
 from commsched.errors import CommschedError
 from commsched.planners.ddp import DDP
-from commsched.planners.optimal_contended import front_search
+from commsched.planners.optimal_contended import front_search, two_pass
 from commsched.sim.contention import resource_terms
 from commsched.sim.contention import _events as _run_events
 from commsched.sim.semantics import NCCL, Semantics
@@ -178,15 +178,14 @@ def joint_search(
             ts += [np.asarray(model.allreduce_s(cost, nbytes, c, True), dtype=np.float64) for c in configs]
         return np.min(ts, axis=0)
 
-    ends, end_s, chosen = front_search(
-        profile.forward_s,
-        [t.backward_s for t in profile.tensors],
-        [t.bytes for t in profile.tensors],
-        [option_for(c) for c in configs],
-        least,
-        lambda b: least(b, False),
-        upper_bound_s=upper_bound_s,
-        tolerance=tolerance,
-        drop_dominated=all(model.never_faster_overlapped(c) for c in configs) if drop_dominated is None else drop_dominated,
+    drop = all(model.never_faster_overlapped(c) for c in configs) if drop_dominated is None else drop_dominated
+    options = [option_for(c) for c in configs]
+    work, sizes = [t.backward_s for t in profile.tensors], [t.bytes for t in profile.tensors]
+    ends, end_s, chosen = two_pass(
+        lambda tol, bound: front_search(
+            profile.forward_s, work, sizes, options, least, lambda b: least(b, False), bound, tol, drop_dominated=drop
+        ),
+        tolerance,
+        upper_bound_s,
     )
     return ends, tuple(configs[o] for o in chosen), end_s
