@@ -16,7 +16,7 @@ import argparse
 
 from scipy.stats import spearmanr
 
-from commsched.cost.cluster import _read_csv, preset
+from commsched.cost.cluster import read_paper_table, preset
 from commsched.cost.contention import ResourceConfig
 from commsched.io import load_profile
 from commsched.planners.ddp import DDP
@@ -41,7 +41,7 @@ def main() -> None:
     t = {c: simulate_resources(prof, ends, cluster.allreduce, res, [c] * len(ends)) for c in res.allowed}
     t_default = t[res.default].iteration_s
     rows = []
-    for r in _read_csv("resource-sharing-fig4-resnet18.csv"):
+    for r in read_paper_table("resource-sharing-fig4-resnet18.csv"):
         c = ResourceConfig(int(r["blocks"]), int(r["threads_per_block"]))
         ours = t_default / t[c].iteration_s - 1.0
         rows.append((c, float(r["throughput_improvement"]), ours, t[c]))

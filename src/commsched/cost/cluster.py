@@ -145,7 +145,7 @@ RS_DEFAULT_CONFIG = (2, 256)  # NCCL's choice on the testbed (resource-sharing p
 RS_MESSAGE_BYTES = 25 * 10**6  # Figure 2's all-reduce: "a tensor of 25MB"
 
 
-def _read_csv(name: str) -> list[dict[str, str]]:
+def read_paper_table(name: str) -> list[dict[str, str]]:
     """Rows of one of the papers' tables shipped in ``commsched/cost/data`` ('#' lines are their sources)."""
     import csv
     from importlib import resources as pkg
@@ -160,9 +160,9 @@ def rs_grid_samples() -> tuple[list, list]:
     from commsched.cost.contention import ResourceConfig
 
     cfg = lambda r: ResourceConfig(int(r["blocks"]), int(r["threads_per_block"]))  # noqa: E731
-    allreduce = [(cfg(r), RS_MESSAGE_BYTES, float(r["relative_time"])) for r in _read_csv("resource-sharing-fig2-allreduce.csv")]
+    allreduce = [(cfg(r), RS_MESSAGE_BYTES, float(r["relative_time"])) for r in read_paper_table("resource-sharing-fig2-allreduce.csv")]
     compute = [
-        (cfg(r), float(r["slowdown"])) for r in _read_csv("resource-sharing-fig3-compute-slowdown.csv") if r["kernel"] in RS_BACKWARD_KERNELS
+        (cfg(r), float(r["slowdown"])) for r in read_paper_table("resource-sharing-fig3-compute-slowdown.csv") if r["kernel"] in RS_BACKWARD_KERNELS
     ]
     return allreduce, compute
 

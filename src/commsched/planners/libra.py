@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from commsched.cost.contention import ClusterResources, ResourceConfig
+from commsched.cost.contention import ClusterResources
 from commsched.cost.models import CostModel
 from commsched.errors import CommschedError
 from commsched.planners.ddp import DDP
@@ -277,4 +277,4 @@ class Libra:
         return ends, configs
 
 
-__all__ = ["Libra", "libra_fixed", "libra_joint", "ResourceConfig"]
+__all__ = ["Libra", "libra_fixed", "libra_joint"]

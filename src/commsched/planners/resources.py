@@ -9,11 +9,12 @@ is scored by :func:`commsched.sim.contention.simulate_resources`.
   nothing overlaps, gets the config that ends it soonest; every other gets the least resources that
   still let it end before the backward pass does, or, where no config does, the one that gives the
   least iteration time.
+- ``joint``: every contiguous bucketing x every config per bucket, the least predicted iteration
+  time (:class:`Joint`). LIBRA's programme is in :mod:`commsched.planners.libra`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,18 +24,10 @@ from commsched.cost.models import CostModel
 from commsched.errors import CommschedError
 from commsched.planners.ddp import DDP
 from commsched.planners.optimal_contended import front_search, two_pass
-from commsched.sim.contention import resource_terms
-from commsched.sim.contention import _events as _run_events
+from commsched.sim.contention import resource_events as run_events
 from commsched.sim.semantics import NCCL, Semantics
 from commsched.sim.timeline import prefix_bytes
 from commsched.types import ModelProfile
-
-
-def run_events(profile: ModelProfile, ends: Sequence[int], cost: CostModel, resources: ClusterResources, configs):
-    """(starts, ends of each all-reduce, end of backward) of the resource simulator, no timeline built."""
-    pb = prefix_bytes(profile)
-    per_bucket = resource_terms(pb, ends, cost, resources, configs)
-    return _run_events(profile.forward_s, [t.backward_s for t in profile.tensors], pb, ends, cost, NCCL, per_bucket)
 
 
 def _least_first(resources: ClusterResources) -> list[ResourceConfig]:

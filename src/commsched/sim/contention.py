@@ -60,6 +60,16 @@ def simulate_resources(
     return _timeline(profile, ends, pb, _events(profile.forward_s, work, pb, ends, cost, NCCL, per_bucket))
 
 
+def resource_events(
+    profile: ModelProfile, ends: Sequence[int], cost: CostModel, resources: ClusterResources, configs: Sequence[ResourceConfig]
+):
+    """(starts, ends of each all-reduce, end of backward) of :func:`simulate_resources`, without
+    building a timeline (planners score many candidates with it); nothing is checked here."""
+    pb = prefix_bytes(profile)
+    work = [t.backward_s for t in profile.tensors]
+    return _events(profile.forward_s, work, pb, ends, cost, NCCL, resource_terms(pb, ends, cost, resources, configs))
+
+
 def resource_terms(pb, ends, cost: CostModel, resources: ClusterResources, configs: Sequence[ResourceConfig]):
     """Per bucket: its all-reduce's time alone (q + a), the factor p / q by which it slows while
     compute runs, and compute's time factor under it (:mod:`commsched.cost.contention`)."""
