@@ -301,3 +301,21 @@ def test_plan_with_resources_on_the_rs_preset(tmp_path):
 def test_resource_strategy_on_a_cluster_without_resources_is_an_error():
     r = run("plan", "--profile", PROFILE, "--cluster", CLUSTER, "--strategy", "rs-grid")
     assert r.returncode == 2 and "rs-2xv100s-pcie" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_scale_on_a_resource_cluster(tmp_path):
+    r = run("scale", "--model", "resnet18", "--cluster", "rs-2xv100s-pcie", "--workers", "2,4", "--strategy", "ddp,optimal", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "without contention" in r.stderr and (tmp_path / "scale.csv").exists()
+    r = run("scale", "--model", "resnet18", "--cluster", "rs-2xv100s-pcie", "--workers", "2", "--strategy", "joint", "--out", str(tmp_path))
+    assert r.returncode == 2 and "per-bucket resources" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_validate_refuses_resource_strategies():
+    import os
+
+    r = subprocess.run(
+        [sys.executable, "-m", "commsched", "validate", "--strategy", "rs-grid"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "RANK": "0"},
+    )
+    assert r.returncode == 2 and "rs-grid" in r.stderr and "NCCL" in r.stderr

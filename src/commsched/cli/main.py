@@ -370,7 +370,14 @@ def scale(
         c = cluster.with_algorithm(a) if a else cluster
         for n in workers:
             c.with_workers(n)
-    planners = _planners(strategies, bucket_mb, horovod_threshold_mb, horovod_cycle_ms, cluster.resources is not None)
+    planners = _planners(strategies, bucket_mb, horovod_threshold_mb, horovod_cycle_ms)
+    chooses = [p.name for p in planners if hasattr(p, "assign")]
+    if chooses:
+        raise CommschedError(
+            f"scale does not plan per-bucket resources ({', '.join(chooses)}); use `commsched plan` on one worker count"
+        )
+    if cluster.resources is not None:
+        click.echo(f"note: scale predicts without contention; {cluster.name}'s resources and contention model are used by plan", err=True)
     device = device or cluster.device or DEFAULT_DEVICE
     profiles = _profiles(profile_paths, _split(models) or ([] if profile_paths else [DEFAULT_MODEL]), batch_size, device, image_size, efficiency)
     from commsched.report.plots import MAX_PLOT_ROWS
@@ -457,7 +464,8 @@ def validate(model, batch_size, image_size, strategies, rounds, steps, out_dir) 
         _bounded(what, v, MAX_STEPS, f"{MAX_STEPS:,}")
     names = _split(strategies)
     for n in names:
-        planner(n)
+        if hasattr(planner(n), "assign"):
+            raise CommschedError(f"validate runs gloo on CPUs, which has no per-all-reduce GPU resources: strategy {n!r} needs an NCCL cluster")
     import torch
     import torch.distributed as dist
 
