@@ -57,7 +57,7 @@ def simulate_resources(
     pb = prefix_bytes(profile)
     per_bucket = resource_terms(pb, ends, cost, resources, configs)
     work = [t.backward_s for t in profile.tensors]
-    return _timeline(profile, ends, pb, _events(profile.forward_s, work, pb, ends, cost, NCCL, per_bucket))
+    return _timeline(profile, ends, pb, _events(profile.forward_s, work, pb, ends, cost, NCCL, per_bucket), [c.short for c in configs])
 
 
 def resource_events(
@@ -86,14 +86,15 @@ def resource_terms(pb, ends, cost: CostModel, resources: ClusterResources, confi
     return alone, slow, cfac
 
 
-def _timeline(profile: ModelProfile, ends: Sequence[int], pb, events) -> Timeline:
+def _timeline(profile: ModelProfile, ends: Sequence[int], pb, events, configs: Sequence[str] | None = None) -> Timeline:
     starts, finishes, backward_end = events
     spans = [Span("forward", "forward", 0.0, profile.forward_s), Span("backward", "backward", profile.forward_s, backward_end)]
     comm = 0.0
     for j, end in enumerate(ends):
         start = ends[j - 1] if j else 0
         comm += finishes[j] - starts[j]
-        spans.append(Span("allreduce", f"bucket {j} ({end - start} tensors)", starts[j], finishes[j], pb[end] - pb[start]))
+        what = f"{end - start} tensors" + (f", {configs[j]}" if configs else "")
+        spans.append(Span("allreduce", f"bucket {j} ({what})", starts[j], finishes[j], pb[end] - pb[start]))
     last = max(finishes)
     if profile.optimizer_s > 0:
         spans.append(Span("optimizer", "optimizer", last, last + profile.optimizer_s))
