@@ -105,3 +105,21 @@ def test_semantics_validate():
         v.validate(s.to_json())
     with pytest.raises(jsonschema.ValidationError):
         v.validate({"backend": "mpi"})
+
+
+def test_resource_clusters_and_plans_validate():
+    from commsched.cost.contention import ClusterResources, ConstantContention, LibraContention, LibraRate, ResourceConfig
+    from commsched.planners import Joint
+    from commsched.profile.zoo_profile import zoo_profile
+
+    c = PRESETS["rs-2xv100s-pcie"]
+    validator("cluster.v1.json").validate(c.to_json())
+    for model in (ConstantContention(0.5, 0.1), LibraContention(1.0, 1e-4, LibraRate(1e9, 5e8, 0.05), LibraRate(1e9, 5e8, 0.05), 1e-5, 1.0)):
+        res = ClusterResources((ResourceConfig(1, 64), ResourceConfig(2, 256)), ResourceConfig(2, 256), model)
+        doc = {**c.to_json(), "resources": res.to_json()}
+        validator("cluster.v1.json").validate(doc)
+    bad = c.to_json()
+    bad["resources"]["default"] = {"blocks": 0, "threads_per_block": 64}
+    assert not validator("cluster.v1.json").is_valid(bad)
+    plan = make_plan(Joint(), zoo_profile("resnet18", 32, "V100S"), c.allreduce, resources=c.resources)
+    validator("plan.v1.json").validate(plan_to_json(plan))
