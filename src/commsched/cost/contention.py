@@ -64,6 +64,35 @@ def _finite(what: str, v: object, lo: float = -math.inf, hi: float = math.inf, s
     return float(v)
 
 
+def size_points(what: str, pts: object, upper: float, allow_empty: bool = True) -> tuple[tuple[int, float], ...]:
+    """[bytes, factor] points with sizes in (0, 2**50] rising strictly and factors in (0, ``upper``]
+    (per-size factors: a semantics' ``under_compute``, a grid's ``relative_time``)."""
+    if not isinstance(pts, (tuple, list)) or not (pts or allow_empty):
+        raise CommschedError(f"{what} must be a {'' if allow_empty else 'non-empty '}list of [bytes, factor] points, got {shown(pts)}")
+    clean = []
+    for pt in pts:
+        if not isinstance(pt, (tuple, list)) or len(pt) != 2:
+            raise CommschedError(f"{what} points are [bytes, factor] pairs, got {shown(pt)}")
+        b, f = pt
+        if isinstance(b, bool) or not isinstance(b, int) or not 0 < b <= 2**50:
+            raise CommschedError(f"{what} sizes must be whole bytes in (0, 2**50], got {shown(b)}")
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not (math.isfinite(f) and 0 < f <= upper):
+            raise CommschedError(f"{what} factors must be finite numbers in (0, {upper:g}], got {shown(f)}")
+        clean.append((b, float(f)))
+    if any(b2 <= b1 for (b1, _), (b2, _) in zip(clean, clean[1:])):
+        raise CommschedError(f"{what} sizes must increase strictly, got {[b for b, _ in clean]}")
+    return tuple(clean)
+
+
+def interp_log2(points: Sequence[tuple[int, float]], nbytes):
+    """The factor at ``nbytes`` of non-empty size ``points``: linear in log2(bytes) between them, flat
+    beyond; numpy arrays give arrays."""
+    xs = [math.log2(b) for b, _ in points]
+    ys = [f for _, f in points]
+    out = np.interp(np.log2(np.maximum(np.asarray(nbytes, dtype=np.float64), 1.0)), xs, ys)
+    return float(out) if np.ndim(nbytes) == 0 else out
+
+
 @dataclass(frozen=True, order=True)
 class ResourceConfig:
     """B blocks (CTAs, one per NCCL channel) x T threads per block; LIBRA's r is B x T."""
@@ -207,9 +236,8 @@ class LibraContention:
         x = (self.overlapped if overlapped else self.alone).rate(config.threads)
         if not (x > 0 and math.isfinite(x)):
             raise CommschedError(f"LIBRA rate x(r) = {x:g} at config {config.short} (r = {config.threads}) is not positive")
-        return self.startup_s + self.chat_per_byte * np.asarray(nbytes, dtype=np.float64) / x if np.ndim(nbytes) else (
-            self.startup_s + self.chat_per_byte * float(nbytes) / x
-        )
+        c = np.asarray(nbytes, dtype=np.float64) if np.ndim(nbytes) else float(nbytes)
+        return self.startup_s + self.chat_per_byte * c / x
 
     def never_faster_overlapped(self, config: ResourceConfig) -> bool:
         # same startup and c-hat on both sides: p >= q at every size iff x_p(r) <= x_q(r)
@@ -245,27 +273,12 @@ class GridEntry:
     overlap_factor: float = 1.0
 
     def __post_init__(self) -> None:
-        pts = self.relative_time
-        if not isinstance(pts, (tuple, list)) or not pts:
-            raise CommschedError(f"relative_time must be a non-empty list of [bytes, factor] points, got {shown(pts)}")
-        clean = []
-        for pt in pts:
-            if not isinstance(pt, (tuple, list)) or len(pt) != 2:
-                raise CommschedError(f"relative_time points are [bytes, factor] pairs, got {shown(pt)}")
-            b, f = pt
-            _whole("relative_time bytes", b, 1, 2**50)
-            clean.append((b, _finite("relative_time factor", f, 0.0, 1e3, strict_lo=True)))
-        if any(b2 <= b1 for (b1, _), (b2, _) in zip(clean, clean[1:])):
-            raise CommschedError(f"relative_time sizes must increase strictly, got {[b for b, _ in clean]}")
-        object.__setattr__(self, "relative_time", tuple(clean))
+        object.__setattr__(self, "relative_time", size_points("relative_time", self.relative_time, 1e3, allow_empty=False))
         _finite("compute_factor", self.compute_factor, 0.0, 1e3, strict_lo=True)
         _finite("overlap_factor", self.overlap_factor, 0.0, 1e3, strict_lo=True)
 
     def relative(self, nbytes):
-        xs = [math.log2(b) for b, _ in self.relative_time]
-        ys = [f for _, f in self.relative_time]
-        out = np.interp(np.log2(np.maximum(np.asarray(nbytes, dtype=np.float64), 1.0)), xs, ys)
-        return float(out) if np.ndim(nbytes) == 0 else out
+        return interp_log2(self.relative_time, nbytes)
 
     def to_json(self) -> dict:
         return {
@@ -373,6 +386,7 @@ class ClusterResources:
     def __post_init__(self) -> None:
         if not self.allowed:
             raise CommschedError("a cluster's resources must allow at least one config")
+        # kept from the least GPU threads to the most (fewer blocks first): planners rely on the order
         allowed = tuple(sorted(set(self.allowed), key=lambda c: (c.threads, c.blocks)))
         object.__setattr__(self, "allowed", allowed)
         if self.default not in allowed:

@@ -145,6 +145,11 @@ def _backtrack(choice: list[int], n: int) -> tuple[int, ...]:
     return tuple(reversed(ends))
 
 
+def check_tolerance(v: object) -> None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
+        raise CommschedError(f"tolerance must be a finite number >= 0, got {v!r}")
+
+
 @dataclass(frozen=True)
 class Optimal:
     """The least iteration time over all contiguous bucketings, under ``semantics``.
@@ -169,9 +174,7 @@ class Optimal:
     def __post_init__(self) -> None:
         if not isinstance(self.semantics, Semantics):
             raise CommschedError(f"semantics must be a Semantics, got {type(self.semantics).__name__}")
-        v = self.tolerance
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
-            raise CommschedError(f"tolerance must be a finite number >= 0, got {v!r}")
+        check_tolerance(self.tolerance)
 
     def exact_for(self) -> str:
         """How the result relates to the optimum under ``semantics``."""

@@ -21,18 +21,13 @@ import numpy as np
 
 from commsched.cost.contention import ClusterResources, ConstantContention, GridContention, ResourceConfig
 from commsched.cost.models import CostModel
-from commsched.errors import CommschedError
 from commsched.planners.ddp import DDP
+from commsched.planners.optimal import check_tolerance
 from commsched.planners.optimal_contended import front_search, two_pass
 from commsched.sim.contention import resource_events as run_events
 from commsched.sim.semantics import NCCL, Semantics
 from commsched.sim.timeline import prefix_bytes
 from commsched.types import ModelProfile
-
-
-def _least_first(resources: ClusterResources) -> list[ResourceConfig]:
-    """Configs from the least GPU threads to the most (fewer blocks first on a tie)."""
-    return sorted(resources.allowed, key=lambda c: (c.threads, c.blocks, c.threads_per_block))
 
 
 @dataclass(frozen=True)
@@ -44,7 +39,7 @@ class RSGrid:
     def assign(self, profile: ModelProfile, cost: CostModel, resources: ClusterResources):
         ends = DDP().ends(profile, cost)
         best = None
-        for cfg in _least_first(resources):
+        for cfg in resources.allowed:  # least GPU threads first: ties keep the lightest
             t = max(run_events(profile, ends, cost, resources, [cfg] * len(ends))[1])
             if best is None or t < best[0] * (1 - 1e-12):
                 best = (t, cfg)
@@ -66,7 +61,7 @@ class RSHeuristic:
     def assign(self, profile: ModelProfile, cost: CostModel, resources: ClusterResources):
         ends = DDP().ends(profile, cost)
         nb = len(ends)
-        order = _least_first(resources)
+        order = resources.allowed  # from the least GPU threads to the most
         pb = prefix_bytes(profile)
         last_bytes = pb[ends[-1]] - pb[ends[-2] if nb > 1 else 0]
         fastest = min(order, key=lambda c: float(resources.contention.allreduce_s(cost, last_bytes, c, False)))
@@ -120,9 +115,7 @@ class Joint:
     name: str = "joint"
 
     def __post_init__(self) -> None:
-        v = self.tolerance
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
-            raise CommschedError(f"tolerance must be a finite number >= 0, got {v!r}")
+        check_tolerance(self.tolerance)
 
     def optimality(self, resources: ClusterResources) -> str:
         faster = [c.short for c in resources.allowed if not resources.contention.never_faster_overlapped(c)]

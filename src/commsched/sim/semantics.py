@@ -48,6 +48,7 @@ from typing import Literal
 
 import numpy as np
 
+from commsched.cost.contention import interp_log2, size_points
 from commsched.errors import CommschedError
 
 Backend = Literal["nccl", "gloo"]
@@ -83,31 +84,13 @@ class Semantics:
         _check("call_overhead_s", self.call_overhead_s, 1e3)
         if self.compute_slowdown_concurrent is not None:
             _check("compute_slowdown_concurrent", self.compute_slowdown_concurrent, 1e3)
-        pts = self.under_compute
-        if not isinstance(pts, (tuple, list)):
-            raise CommschedError(f"under_compute must be a list of [bytes, factor] points, got {pts!r}")
-        clean = []
-        for pt in pts:
-            if not isinstance(pt, (tuple, list)) or len(pt) != 2:
-                raise CommschedError(f"under_compute points are [bytes, factor] pairs, got {pt!r}")
-            b, f = pt
-            if isinstance(b, bool) or not isinstance(b, int) or not 0 < b <= 2**50:
-                raise CommschedError(f"under_compute sizes must be whole bytes in (0, 2**50], got {b!r}")
-            if isinstance(f, bool) or not isinstance(f, (int, float)) or not (math.isfinite(f) and 0 < f <= 100):
-                raise CommschedError(f"under_compute factors must be finite numbers in (0, 100], got {f!r}")
-            clean.append((b, float(f)))
-        if any(b2 <= b1 for (b1, _), (b2, _) in zip(clean, clean[1:])):
-            raise CommschedError(f"under_compute sizes must increase strictly, got {[b for b, _ in clean]}")
-        object.__setattr__(self, "under_compute", tuple(clean))
+        object.__setattr__(self, "under_compute", size_points("under_compute", self.under_compute, 100))
 
     def factor_under_compute(self, nbytes) -> float:
         """factor(b) of ``under_compute`` (1 without points); numpy arrays give arrays."""
         if not self.under_compute:
             return 1.0 if np.ndim(nbytes) == 0 else np.ones(np.shape(nbytes))
-        xs = [math.log2(b) for b, _ in self.under_compute]
-        ys = [f for _, f in self.under_compute]
-        out = np.interp(np.log2(np.maximum(np.asarray(nbytes, dtype=np.float64), 1.0)), xs, ys)
-        return float(out) if np.ndim(nbytes) == 0 else out
+        return interp_log2(self.under_compute, nbytes)
 
     @property
     def compute_slowdown_many(self) -> float:
