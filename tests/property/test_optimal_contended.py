@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 from commsched.cost.models import AlphaBeta
 from commsched.errors import CommschedError
 from commsched.planners import STRATEGIES, Optimal
-from commsched.planners.optimal_contended import contended_optimal_ends
+from commsched.planners.optimal_contended import COARSE_TOLERANCE, _overlap_vertices, certified, contended_optimal_ends, front_search, transitions
 from commsched.sim.contention import simulate_contended, simulate_run
 from commsched.sim.semantics import Semantics
 from commsched.sim.timeline import simulate
@@ -81,6 +82,71 @@ def test_the_grid_alone_keeps_its_bound(profile, cost, cs, ms, tolerance):
     got = simulate_contended(profile, ends, cost, cs, ms)
     assert rel_close(got.iteration_s - profile.optimizer_s, end_s)  # the end it reports is the simulator's
     assert got.iteration_s <= brute_force(profile, cost, cs, ms) * (1 + tolerance) * (1 + 1e-9)
+
+
+@settings(max_examples=300)
+@given(profiles(max_tensors=10), costs, slowdowns, slowdowns, st.sampled_from([0.01, 0.05, 0.5]))
+def test_the_certified_search_keeps_its_bound(profile, cost, cs, ms, tolerance):
+    """Coarse runs, each proven by an optimistic run or refined, down to the tolerance's own grid:
+    within 1 + tolerance, without Optimal's fallbacks, and the end it reports is the simulator's."""
+    work, sizes = [t.backward_s for t in profile.tensors], [t.bytes for t in profile.tensors]
+    ends, end_s = contended_optimal_ends(profile.forward_s, work, sizes, cost, 1 + cs, 1 + ms, tolerance=tolerance)
+    got = simulate_contended(profile, ends, cost, cs, ms)
+    assert rel_close(got.iteration_s - profile.optimizer_s, end_s)
+    assert got.iteration_s <= brute_force(profile, cost, cs, ms) * (1 + tolerance) * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("proven_at", [COARSE_TOLERANCE, COARSE_TOLERANCE / 4, None])
+def test_certified_stops_only_on_a_proof(proven_at):
+    """A stub search whose optimistic run finds nothing under U / (1 + tolerance) only at
+    ``proven_at`` (None: never): :func:`certified` returns the incumbent there, and otherwise runs
+    down to the tolerance's own grid; every optimistic run is bounded by U / (1 + tolerance)."""
+    tolerance, calls = 0.01, []
+
+    def search(tol, bound, optimistic):
+        calls.append((tol, bound, optimistic))
+        if optimistic:
+            assert bound == pytest.approx(10.0 / (1 + tolerance))
+            return ((), float("inf"), ()) if tol == proven_at else ((1,), 9.0, (0,))
+        return ((1,), 10.0, (0,)) if bound >= 10.0 else ((), float("inf"), ())
+
+    assert certified(search, tolerance, float("inf")) == ((1,), 10.0, (0,))
+    ordinary = [tol for tol, _, optimistic in calls if not optimistic]
+    if proven_at is None:
+        assert ordinary[-1] == tolerance and calls[-1] == (tolerance, 10.0, False)
+    else:
+        assert calls[-1] == (proven_at, pytest.approx(10.0 / (1 + tolerance)), True)
+        assert min(ordinary) == proven_at
+
+
+@settings(max_examples=300)
+@given(profiles(max_tensors=10), costs, slowdowns, slowdowns, st.sampled_from([0.3, 1.0, 4.0]))
+def test_an_optimistic_search_never_ends_after_the_optimum(profile, cost, cs, ms, tolerance):
+    """Merging a cell's states into its least end and most progress is a relaxation: whatever the
+    grid, its end is a lower bound on the optimum (what lets :func:`certified` stop early)."""
+    work, sizes = [t.backward_s for t in profile.tensors], [t.bytes for t in profile.tensors]
+    table = transitions(sizes, [lambda k2, b: (cost.times_s(b), 1 + ms, 1 + cs)], cost.times_s, cost.times_s)
+    _, low, _ = front_search(profile.forward_s, work, table, float("inf"), tolerance, optimistic=True)
+    assert low <= (brute_force(profile, cost, cs, ms) - profile.optimizer_s) * (1 + 1e-9)
+
+
+@given(
+    st.lists(st.tuples(st.floats(0.3, 5.0), st.floats(0.3, 5.0)), min_size=1, max_size=6),
+    st.floats(0.0, 10.0),
+    st.floats(0.0, 10.0),
+)
+def test_the_overlap_bound_is_its_linear_programme(pairs, x, y):
+    """S(X, Y) from the dual's vertices equals the primal LP solved by scipy: max sum t_o g_o with
+    sum t_o / c_o <= X and sum t_o / s_o <= Y."""
+    from scipy.optimize import linprog
+
+    v = _overlap_vertices(pairs)
+    got = float(np.min(x * v[:, 0] + y * v[:, 1]))
+    c = np.array([p[0] for p in pairs])
+    s = np.array([p[1] for p in pairs])
+    lp = linprog(-(1 / c + 1 / s - 1), A_ub=[1 / c, 1 / s], b_ub=[x, y], bounds=(0, None))
+    assert lp.status == 0
+    assert abs(got - max(0.0, -lp.fun)) <= 1e-7 * max(1.0, x, y)
 
 
 @given(profiles(max_tensors=8), table_costs(monotone=False), slowdowns, slowdowns)

@@ -137,17 +137,19 @@ def _bucketings(n: int):
         yield tuple(i + 1 for i, c in enumerate(cuts) if c) + (n,)
 
 
-@given(profiles(max_tensors=5), costs, grids())
-def test_joint_is_the_brute_force_optimum(profile, cost, res):
+@given(profiles(max_tensors=5), costs, grids(), st.sampled_from([0.0, 0.05, 0.5]))
+def test_joint_is_the_brute_force_optimum(profile, cost, res, tol):
+    """Exact at tolerance 0; within it otherwise, where a coarse run may be proven by the
+    optimistic one instead of refined (the search alone, without Joint's known plans)."""
     import itertools
 
     from commsched.planners import Joint
     from commsched.planners.resources import joint_search
 
-    ends, configs = Joint(tolerance=0.0).assign(profile, cost, res)
+    ends, configs = Joint(tolerance=tol).assign(profile, cost, res)
     got = max(run_events(profile, ends, cost, res, configs)[1])
     # the search alone, unbounded, finds it too, and says what it ends at
-    e2, c2, end2 = joint_search(profile, cost, res, 0.0)
+    e2, c2, end2 = joint_search(profile, cost, res, tol)
     assert abs(max(run_events(profile, e2, cost, res, c2)[1]) - end2) <= 1e-9 * end2 + 1e-15
     got = max(got, end2)
     best = min(
@@ -155,7 +157,7 @@ def test_joint_is_the_brute_force_optimum(profile, cost, res):
         for e in _bucketings(len(profile.tensors))
         for cs in itertools.product(res.allowed, repeat=len(e))
     )
-    assert got <= best * (1 + 1e-9) + 1e-15
+    assert got <= best * (1 + tol) * (1 + 1e-9) + 1e-15
 
 
 @given(profiles(max_tensors=12), costs, grids(), st.sampled_from([0.0, 0.05]))

@@ -26,22 +26,34 @@ function T; the answer is the least f at k = L. Among equally fast bucketings it
 for the fewest buckets.
 
 With no contention :class:`~commsched.planners.optimal.Optimal` uses its O(L) programme instead:
-this one is O(L^2 x front), and the fronts are not small on real models (over 300,000 states for
-resnet50's 161 measured tensors, and growing). So with ``tolerance`` > 0 states whose end times
+this one is O(L^2 x front), and the fronts are not small on real models (thousands of states
+per tensor). So with ``tolerance`` > 0 states whose end times
 fall in one cell of width tolerance x LB / L (LB: forward, all backward, then the least all-reduce
 that can hold the last tensor, a lower bound on any bucketing) keep only the one with the most
 progress. A dropped state is replaced by one that ends less than a cell later with at least its
 progress, and since a state's end time moves every later end time by exactly as much, each of the
 at most L buckets of the optimal path loses less than a cell: the result is within
-1 + tolerance of the optimum. States that cannot beat a known bucketing (lower bounds: the rest of
-the all-reduces run one after another from f, and the last one starts after compute, which needs
-at least W - p more) are dropped as they are made; the transitions of one k to every k' are one
-vectorised step.
+1 + tolerance of the optimum.
+
+Three things make it fast (densenet201's 604 tensors in seconds, not minutes):
+
+- Few transitions. A state with p below W_k' waits for compute, and everything after depends on it
+  through f - p alone (a shift), so per destination only the waiting state with the least f - p is
+  extended, plus the states whose next bucket is already ready (:func:`_sources`).
+- A tight bound. States that cannot beat a known bucketing are dropped as they are made; besides
+  the rest of the all-reduces one after another and the last one after compute, the bound counts
+  what overlap costs under contention by a small linear programme (:func:`_overlap_vertices`),
+  within 0.1% of the optimum at the root on resnet50 under the resource-sharing preset.
+- A proof instead of a fine grid (:func:`certified`). Wide cells first; the same programme with
+  each cell's states merged into one that dominates them all is a lower bound, and when it finds
+  nothing under U / (1 + tolerance) the incumbent U is proven within the tolerance. Only when no
+  proof comes does the grid shrink, down to tolerance x LB / L, where the bound above holds anyway.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -71,13 +83,13 @@ def contended_optimal_ends(
     as :mod:`commsched.sim.contention` does: that is T in every formula above for that bucket, so
     the proof holds as it stands. ``upper_bound_s``
     is the end time of any known bucketing; it only prunes, so when nothing beats it the result is
-    empty (the caller keeps its bucketing). ``coarse_first``: :func:`two_pass` (off: the programme
+    empty (the caller keeps its bucketing). ``coarse_first``: :func:`certified` (off: the programme
     at ``tolerance`` alone, as the tests of its bound need).
     """
     busy_to = max((i for i, x in enumerate(work_s) if x > 0), default=-1)  # see sim.contention.last_working
     c, m = float(slow_compute), float(slow_comm)
 
-    def option(k: int, k2: np.ndarray, nbytes: np.ndarray):
+    def option(k2: np.ndarray, nbytes: np.ndarray):
         t = cost.times_s(nbytes)
         if call_overhead_s or under_compute is not None:
             busy = k2 <= busy_to
@@ -88,51 +100,118 @@ def contended_optimal_ends(
     # a factor below 1 makes all-reduces under compute cheaper: the bound on what is left shrinks
     # with it (the last all-reduce is launched after compute, so its bound stands)
     scale = min(1.0, min_factor)
-    def search(tol, bound):
-        return front_search(
-            forward_s, work_s, sizes, [option], lambda b: cost.times_s(b) * scale, cost.times_s, bound, tol, overlap_bound=(c, m)
-        )
+    table = transitions(sizes, [option], lambda b: cost.times_s(b) * scale, cost.times_s)
 
-    ends, end_s, _ = two_pass(search, tolerance, upper_bound_s) if coarse_first else search(tolerance, upper_bound_s)
+    def search(tol, bound, optimistic):
+        return front_search(forward_s, work_s, table, bound, tol, optimistic=optimistic)
+
+    ends, end_s, _ = certified(search, tolerance, upper_bound_s) if coarse_first else search(tolerance, upper_bound_s, False)
     return ends, end_s
 
 
 COARSE_TOLERANCE = 1.0
 
 
-def two_pass(search, tolerance: float, upper_bound_s: float):
-    """``search(tolerance, upper_bound_s)`` first at :data:`COARSE_TOLERANCE` (fast: wide cells),
-    then at ``tolerance`` bounded by what the first found, which prunes far more. Still within
-    1 + ``tolerance`` of the optimum: the second pass finds a result within it whenever one beats
-    the first's, and otherwise the first's is within it."""
-    if tolerance >= COARSE_TOLERANCE:
-        return search(tolerance, upper_bound_s)
-    coarse = search(COARSE_TOLERANCE, upper_bound_s)
-    if coarse[0]:
-        upper_bound_s = min(upper_bound_s, coarse[1])
-    fine = search(tolerance, upper_bound_s)
-    return fine if fine[0] else coarse
+def certified(search, tolerance: float, upper_bound_s: float):
+    """Within 1 + ``tolerance`` of the optimum, proven by a lower bound rather than by a fine grid.
+
+    ``search(tol, bound, optimistic)`` is :func:`front_search` at ``tol``. Its ordinary run merges
+    a cell's states into its real state with the most progress (a bucketing, a result to keep);
+    its ``optimistic`` run merges them into a state with the cell's least end and most progress,
+    which dominates every state of the cell, so whatever it finds ends no later than the optimum,
+    and when it finds nothing under ``bound`` the optimum is above ``bound`` (a state on the optimal
+    path is always dominated by a kept one, whose lower bound is no higher, so it is not pruned).
+
+    From :data:`COARSE_TOLERANCE` down, four times finer each round: an ordinary run gives the
+    incumbent U (or keeps the caller's ``upper_bound_s``); an optimistic run that finds nothing
+    under U / (1 + tolerance) proves U within the tolerance, and then the search stops. At
+    ``tolerance`` itself the ordinary run is within it by :func:`front_search`'s own bound, so this
+    never ends later than a run at ``tolerance`` (and the rounds before it shrink that run's
+    fronts with their incumbent). ``tolerance`` 0: one coarse run for the incumbent, then the exact
+    programme."""
+    best = ((), float("inf"), ())
+    incumbent = upper_bound_s
+    tol = max(COARSE_TOLERANCE, tolerance)
+    while True:
+        found = search(tol, incumbent, False)
+        if found[0] and found[1] <= incumbent:
+            best, incumbent = found, found[1]
+        if tol <= tolerance:
+            return best
+        if tolerance == 0:
+            tol = 0.0  # only the exact programme is exact
+        elif not search(tol, incumbent / (1 + tolerance), True)[0]:
+            return best
+        else:
+            tol = max(tolerance, tol / 4)
 
 
-def front_search(
-    forward_s, work_s, sizes, options, least_time, least_last_time, upper_bound_s=float("inf"), tolerance=0.0, drop_dominated=False,
-    overlap_bound=None,
-):
-    """The programme of the module docstring over bucketings and, per bucket, one of ``options``.
+@dataclass(frozen=True)
+class Transitions:
+    """What :func:`front_search` needs of the tensors' sizes and the options, computed once for all
+    its runs: per k the options' (T, s, c) for every bucket k..k2-1 and which are useless, the
+    lower bounds on the all-reduce time left after each k, and the vertices of the overlap bound
+    (:func:`_overlap_vertices`)."""
 
-    Each option maps (k, k2 array, bytes array) of the candidate buckets k..k2-1 to (T alone, s, c):
+    prefix: np.ndarray
+    per_k: tuple
+    comm_left: np.ndarray
+    last_left: np.ndarray
+    vertices: np.ndarray
+
+
+def transitions(sizes, options, least_time, least_last_time, drop_dominated=False) -> Transitions:
+    """:class:`Transitions` for :func:`front_search` (its docstring says what the arguments are)."""
+    n = len(sizes)
+    prefix = np.concatenate(([0], np.cumsum(np.asarray(sizes, dtype=np.int64)))).astype(np.float64)
+    ks, k2s = np.triu_indices(n + 1, 1)  # every bucket k..k2-1, k ascending then k2
+    nbytes = prefix[k2s] - prefix[ks]
+    t, slow, c = (
+        np.stack([np.broadcast_to(np.asarray(v, dtype=np.float64), nbytes.shape) for v in col])
+        for col in zip(*(opt(k2s, nbytes) for opt in options))
+    )
+    least = np.asarray(least_time(nbytes), dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # each option's least compute factor and least factor over least_time beside compute
+        overlap = [(float(c[o].min()), float(np.where(least > 0, t[o] * slow[o] / least, np.inf).min())) for o in range(len(options))]
+    useless = np.zeros(t.shape, dtype=bool)
+    if drop_dominated and len(options) > 1:
+        useless = _dominated(t, slow, c)
+    cuts = np.concatenate(([0], np.cumsum(np.arange(n, 0, -1))))
+    per_k = []
+    comm_left, last_left = np.zeros(n + 1), np.zeros(n + 1)  # nothing is left after the last tensor
+    for k in range(n):
+        a, b = cuts[k], cuts[k + 1]
+        used = ~useless[:, a:b].all(axis=1)
+        per_k.append((np.flatnonzero(used), t[used, a:b], slow[used, a:b], c[used, a:b], useless[used, a:b]))
+    for k in range(n - 1, -1, -1):
+        # the least total all-reduce time of any bucketing of tensors k..n-1, one after another,
+        # and the least time of the all-reduce that holds the last tensor (it starts after compute)
+        comm_left[k] = np.min(least[cuts[k] : cuts[k + 1]] + comm_left[k + 1 :])
+        tl = float(np.asarray(least_last_time(prefix[n : n + 1] - prefix[k]))[0])
+        last_left[k] = min(tl, last_left[k + 1]) if k + 1 < n else tl
+    return Transitions(prefix, tuple(per_k), comm_left, last_left, _overlap_vertices(overlap))
+
+
+def front_search(forward_s, work_s, table: Transitions, upper_bound_s=float("inf"), tolerance=0.0, optimistic=False):
+    """The programme of the module docstring over bucketings and, per bucket, one of the options of
+    ``table`` (:func:`transitions`).
+
+    Each option of :func:`transitions` maps (k2 array, bytes array) of the candidate buckets
+    k..k2-1 to (T alone, s, c):
     the all-reduce's work alone, the factor s >= 1 by which it is longer while compute runs beside
     it (so T s in flight to its end if compute outlasts it; ``slow_comm`` above) and compute's time
     factor c under it (``slow_compute``); each may be a scalar or an array over the candidates.
     ``least_time(bytes)`` and ``least_last_time(bytes)`` bound any bucket's all-reduce and the last
     one's from below (they prune). Returns (ends, end of the last all-reduce, option index per
-    bucket); empty when nothing beats ``upper_bound_s``.
+    bucket); empty when nothing beats ``upper_bound_s``. ``optimistic``: the relaxation of
+    :func:`_front`, whose result is a lower bound (its path is not a real one).
 
     The dominance argument needs s >= 1 (an all-reduce never faster beside compute than alone,
     LIBRA's Assumption 2): then the end never rises with progress. :func:`front_search` does not
     check it; callers that cannot promise it say so.
 
-    ``drop_dominated`` (needs s >= 1 too): for a bucket, option B makes option A useless when B's
+    :func:`transitions`' ``drop_dominated`` (needs s >= 1 too): for a bucket, option B makes option A useless when B's
     all-reduce is no longer alone (T_B <= T_A) nor beside compute (T_B s_B <= T_A s_A), slows
     compute no more (c_B <= c_A) and covers at least as much compute while in flight
     (T_B s_B / c_B >= T_A s_A / c_A). Then from any state B's all-reduce is at every moment at least
@@ -140,22 +219,19 @@ def front_search(
     (in flight to its end: q + T s / c; else all of it), so B's state dominates A's and A's is never
     made. Among options equal in all four, the first is kept.
 
-    ``overlap_bound`` = (c, s), when every option slows compute by at least c and its all-reduce by
-    at least s beside compute, and at most that (one option, as :func:`contended_optimal_ends`):
-    then from a state with X of compute and at least Y of all-reduce work left, the rest takes at
-    least X + Y - max(0, 1/c + 1/s - 1) min(X c, Y s) (overlapping o seconds does o / c of compute
-    and o / s of all-reduce work in o seconds; the best o is as long as both last), a pruning bound
-    that counts what contention costs.
+    Pruning counts what contention costs: per option, the least compute factor c and the least
+    factor s of its all-reduce beside compute over ``least_time`` give :func:`_overlap_vertices`.
+    ``least_time`` must bound every option's all-reduce from below, alone and beside compute.
     """
     n = len(work_s)
     work = np.concatenate(([0.0], np.cumsum(np.asarray(work_s, dtype=np.float64))))
-    prefix = np.concatenate(([0], np.cumsum(np.asarray(sizes, dtype=np.int64)))).astype(np.float64)
     total = float(work[n])
-    comm_left, last_left = _remaining_comm_bounds(prefix, least_time, least_last_time)
+    comm_left, last_left = table.comm_left, table.last_left
+    vertices = table.vertices
     bound = upper_bound_s * (1 + 1e-12)
     # no bucketing ends before compute (forward, all backward) and then the last tensor's all-reduce
     lowest = forward_s + total + float(last_left[0])
-    grid = tolerance * lowest / n  # merge states whose end times share a cell this wide (see _merge)
+    grid = tolerance * lowest / n  # merge states whose end times share a cell this wide (see _front)
     # Front of each k: arrays f, p, buckets so far, the parent (its k and index in that front) and
     # the option of the bucket that ends here. A front under construction (k2 > k) is kept pruned
     # as candidates arrive, so it stays small.
@@ -169,7 +245,7 @@ def front_search(
 
     def fold(dest: int) -> None:
         if waiting[dest]:
-            pending[dest] = _front(_concat_all([pending[dest], *waiting[dest]]), grid)
+            pending[dest] = _front(_concat_all([pending[dest], *waiting[dest]]), grid, optimistic)
             waiting[dest], waiting_rows[dest] = [], 0
 
     final: list[tuple] = [empty] * (n + 1)
@@ -179,47 +255,39 @@ def front_search(
         pending[k] = empty
         if f.size == 0:
             continue
+        ids, t_j, slow_j, c_j, useless_j = table.per_k[k]
         k2 = np.arange(k + 1, n + 1)
-        w = work[k2][None, :]  # (1, K2): work through the last tensor of bucket k..k2-1
-        nbytes = prefix[k + 1 :] - prefix[k]
-        f_, p_ = f[:, None], p[:, None]  # (S, 1)
+        rows, js = _sources(f, p, nb, work[k2])
+        w, f_, p_ = work[k2][js], f[rows], p[rows]
         s = f_ + np.maximum(w - p_, 0.0)  # start of the next all-reduce (transition of the docstring)
         q = np.maximum(p_, w)
         r = total - q
-        # every option's transitions at once: arrays (options, states, K2)
-        t, slow, c = (
-            np.stack([np.broadcast_to(np.asarray(v, dtype=np.float64), nbytes.shape) for v in col])[:, None, :]
-            for col in zip(*(opt(k, k2, nbytes) for opt in options))
-        )
-        ids = np.arange(len(options))
-        useless = np.zeros((len(options), 1, nbytes.size), dtype=bool)
-        if drop_dominated and len(options) > 1:
-            useless = _dominated(t[:, 0], slow[:, 0], c[:, 0])[:, None, :]
-            used = ~useless.all(axis=(1, 2))
-            ids, t, slow, c, useless = ids[used], t[used], slow[used], c[used], useless[used]
+        t, slow, c = t_j[:, js], slow_j[:, js], c_j[:, js]  # (options, candidates)
         overlapped = r * c >= t * slow
         f2 = np.where(r <= 0.0, s + t, np.where(overlapped, s + t * slow, s + r * c + (t - r * c / slow)))
         p2 = np.where(overlapped & (r > 0.0), q + t * slow / c, total)
-        lower = np.maximum(f2 + comm_left[k2], f2 + (total - p2) + last_left[k2])
-        if overlap_bound is not None:
-            oc, os_ = overlap_bound
-            x, y = total - p2, comm_left[k2]
-            lower = np.maximum(lower, f2 + x + y - max(0.0, 1 / oc + 1 / os_ - 1) * np.minimum(x * oc, y * os_))
-        lower[:, :, -1] = f2[:, :, -1]  # k2 = n: the last all-reduce has ended
-        keep = (lower <= bound) & ~useless
-        # every kept candidate at once, grouped by destination (one gather, then slices)
-        js, opts, rows = np.nonzero(keep.transpose(2, 0, 1))
-        if js.size:
-            cols = (f2[opts, rows, js], p2[opts, rows, js], nb[rows] + 1, np.full(rows.size, k), rows, ids[opts])
-            cuts = np.flatnonzero(np.diff(js)) + 1
+        dest = js + k + 1
+        lower = np.maximum(f2 + comm_left[dest], f2 + (total - p2) + last_left[dest])
+        x, y = total - p2, comm_left[dest]
+        saving = np.min(x[..., None] * vertices[:, 0] + y[..., None] * vertices[:, 1], axis=-1)
+        lower = np.maximum(lower, f2 + x + y - saving)
+        lower = np.where(dest == n, f2, lower)  # k2 = n: the last all-reduce has ended
+        keep = (lower <= bound) & ~useless_j[:, js]
+        # every kept candidate at once, grouped by destination (candidates are in destination
+        # order, and so are the options' columns after the transpose)
+        cand, opts = np.nonzero(keep.T)
+        if cand.size:
+            jk = js[cand]
+            cols = (f2[opts, cand], p2[opts, cand], nb[rows[cand]] + 1, np.full(cand.size, k), rows[cand], ids[opts])
+            cuts = np.flatnonzero(np.diff(jk)) + 1
             starts = np.concatenate(([0], cuts))
-            stops = np.concatenate((cuts, [js.size]))
+            stops = np.concatenate((cuts, [jk.size]))
             for a, b in zip(starts.tolist(), stops.tolist()):
-                dest = k + 1 + int(js[a])
-                waiting[dest].append(tuple(x[a:b] for x in cols))
-                waiting_rows[dest] += b - a
-                if waiting_rows[dest] > max(4096, 4 * pending[dest][0].size):
-                    fold(dest)
+                d = k + 1 + int(jk[a])
+                waiting[d].append(tuple(x[a:b] for x in cols))
+                waiting_rows[d] += b - a
+                if waiting_rows[d] > max(4096, 4 * pending[d][0].size):
+                    fold(d)
         if waiting[n]:
             fold(n)
         if pending[n][0].size:
@@ -236,6 +304,63 @@ def front_search(
         chosen.append(int(final[k][5][i]))
         k, i = int(final[k][3][i]), int(final[k][4][i])
     return tuple(reversed(ends)), float(f[best]), tuple(reversed(chosen))
+
+
+def _overlap_vertices(pairs) -> np.ndarray:
+    """Vertices (u, v) of the dual of the most time overlap can save, for :func:`front_search`'s
+    ``overlap_bound``: with X of compute and Y of all-reduce work (in ``least_time`` units) left,
+    the rest takes at least X + Y - S(X, Y), S = min over the vertices of X u + Y v.
+
+    Let option o overlap compute for t_o seconds in all: it does t_o / c_o of compute and at most
+    t_o / s_o of all-reduce work, while compute alone and all-reduces alone go at most at rate 1.
+    So the rest takes at least sum t_o + (X - sum t_o / c_o) + (Y - sum t_o / s_o), that is
+    X + Y - sum t_o g_o with g_o = 1/c_o + 1/s_o - 1, where sum t_o / c_o <= X and
+    sum t_o / s_o <= Y. S is that linear programme's maximum of sum t_o g_o; by LP duality it is
+    min X u + Y v over u, v >= 0 with u / c_o + v / s_o >= g_o for every o, attained at a vertex of
+    that region (each a pair of its boundary lines meeting; (0, 0) when no g_o is positive). One
+    option gives g min(X c, Y s), the bound of LIBRA's single overlap rate. Built once per search:
+    at most options + 2 vertices."""
+    a = np.array([1.0 / c for c, _ in pairs], dtype=np.float64)
+    b = np.array([1.0 / s for _, s in pairs], dtype=np.float64)
+    g = a + b - 1.0
+    if not (g > 0).any():
+        return np.zeros((1, 2))
+    lines = [(ai, bi, gi) for ai, bi, gi in zip(a, b, g)] + [(1.0, 0.0, 0.0), (0.0, 1.0, 0.0)]  # the axes u = 0, v = 0
+    points = []
+    for i in range(len(lines)):
+        for j in range(i + 1, len(lines)):
+            (a1, b1, g1), (a2, b2, g2) = lines[i], lines[j]
+            det = a1 * b2 - a2 * b1
+            if det != 0.0:
+                points.append(((g1 * b2 - g2 * b1) / det, (a1 * g2 - a2 * g1) / det))
+    pts = np.array(points)
+    slack = 1e-12 * max(1.0, float(np.abs(pts).max()))
+    feasible = (pts >= -slack).all(axis=1) & (pts[:, :1] * a + pts[:, 1:] * b >= g - slack).all(axis=1)
+    return np.maximum(pts[feasible], 0.0)
+
+
+def _sources(f: np.ndarray, p: np.ndarray, nb: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The (state, destination) pairs worth extending: (rows, js), grouped by destination index j.
+
+    ``f``, ``p``, ``nb``: a front, progress ascending; ``w``: work through each destination's last
+    tensor, non-decreasing. A state with p < w waits for compute to reach w: its next all-reduce
+    starts at f + w - p with progress w, so everything after depends on the state through f - p
+    alone, as a shift; of those states only the one with the least f - p (then fewest buckets) can
+    be on an optimal path, and it is a prefix minimum (p ascending). States with p >= w (the bucket
+    was ready before the last all-reduce ended) are all kept: they are a suffix of the front."""
+    size = f.size
+    idx = np.searchsorted(p, w, side="left")  # states with p < w_j are rows [0, idx_j)
+    key = np.lexsort((nb, f - p))  # rank by least f - p, then fewest buckets
+    rank = np.empty(size, np.int64)
+    rank[key] = np.arange(size)
+    best = key[np.minimum.accumulate(rank)]  # best[i]: the best of rows 0..i
+    has = idx > 0
+    counts = size - idx + has
+    js = np.repeat(np.arange(w.size), counts)
+    start = np.cumsum(counts) - counts
+    rows = np.repeat(idx - has, counts) + (np.arange(js.size) - np.repeat(start, counts))
+    rows[start[has]] = best[idx[has] - 1]
+    return rows, js
 
 
 def _dominated(t: np.ndarray, slow: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -256,12 +381,17 @@ def _concat_all(parts: list[tuple]) -> tuple:
     return tuple(np.concatenate(cols) for cols in zip(*parts))
 
 
-def _front(front: tuple, grid: float) -> tuple:
-    """:func:`_pareto` then, of the states left in one cell ``grid`` seconds wide, the one with the
-    most progress: what :func:`_merge` then :func:`_pareto` keep, with one sort. On a Pareto front
-    sorted by end time, progress rises too, so a cell's most progress is its last state; and a
-    cell's best state that is dominated from an earlier cell leaves no state of that cell on the
-    front either way."""
+def _front(front: tuple, grid: float, optimistic: bool = False) -> tuple:
+    """:func:`_pareto`, then of the states whose end times fall in one cell ``grid`` seconds wide,
+    the one with the most progress (on a Pareto front sorted by end time progress rises too: a
+    cell's last state). A dropped state (f, p) leaves one (f' < f + grid, p' >= p), whose every
+    continuation ends at most ``grid`` later than the dropped one's would (the end time shifts by
+    exactly the shift of f, and never rises with p): over a path of at most L buckets the result is
+    at most L x grid above the optimum.
+
+    ``optimistic``: the cell's state becomes (its least end, its most progress) instead, which
+    dominates every state of the cell: a relaxation whose result is a lower bound (:func:`certified`).
+    """
     front = _pareto(front)
     f = front[0]
     if grid <= 0.0 or f.size <= 1:
@@ -269,27 +399,12 @@ def _front(front: tuple, grid: float) -> tuple:
     cell = np.floor(f / grid)
     last = np.ones(f.size, dtype=bool)
     last[:-1] = cell[1:] != cell[:-1]
-    return tuple(x[last] for x in front)
-
-
-def _concat(a: tuple, b: tuple) -> tuple:
-    return tuple(np.concatenate((x, y)) for x, y in zip(a, b))
-
-
-def _merge(front: tuple, grid: float) -> tuple:
-    """Of the states whose end times fall in one cell ``grid`` seconds wide, keep the one with the
-    most progress. A dropped state (f, p) leaves one (f' < f + grid, p' >= p), whose every
-    continuation ends at most ``grid`` later than the dropped one's would (the end time shifts by
-    exactly the shift of f, and never rises with p): so over a path of at most L buckets the result
-    is at most L x grid above the optimum."""
-    f = front[0]
-    if grid <= 0.0 or f.size <= 1:
-        return front
-    cell = np.floor(f / grid)
-    order = np.lexsort((front[2], -front[1], cell))
-    first = np.ones(order.size, dtype=bool)
-    first[1:] = cell[order][1:] != cell[order][:-1]
-    return tuple(x[order[first]] for x in front)
+    kept = tuple(x[last] for x in front)
+    if optimistic:
+        first = np.ones(f.size, dtype=bool)
+        first[1:] = last[:-1]
+        return (f[first],) + kept[1:]
+    return kept
 
 
 def _pareto(front: tuple) -> tuple:
@@ -303,18 +418,3 @@ def _pareto(front: tuple) -> tuple:
     best_before = np.maximum.accumulate(np.concatenate(([-np.inf], p_sorted[:-1])))
     kept = order[p_sorted > best_before]
     return tuple(x[kept] for x in front)
-
-
-def _remaining_comm_bounds(prefix: np.ndarray, least_time, least_last_time) -> tuple[np.ndarray, np.ndarray]:
-    """Lower bounds on what is left after the buckets up to tensor k: ``comm[k]`` the least total
-    all-reduce time of any bucketing of tensors k..L-1 (each at full speed, one after another), and
-    ``last[k]`` the least time of the all-reduce that holds the last tensor (it starts after compute).
-    Both by a backward pass over k (O(L^2) cost evaluations, vectorised)."""
-    n = len(prefix) - 1
-    comm, last = np.zeros(n + 1), np.zeros(n + 1)  # nothing is left after the last tensor
-    for k in range(n - 1, -1, -1):
-        t = least_time(prefix[k + 1 :] - prefix[k])  # buckets k..k2-1 for k2 = k+1..n
-        comm[k] = np.min(t + comm[k + 1 :])
-        tl = least_last_time(prefix[n : n + 1] - prefix[k])[0]
-        last[k] = min(tl, last[k + 1]) if k + 1 < n else tl
-    return comm, last

@@ -23,7 +23,7 @@ from commsched.cost.contention import ClusterResources, ConstantContention, Grid
 from commsched.cost.models import CostModel
 from commsched.planners.ddp import DDP
 from commsched.planners.optimal import check_tolerance
-from commsched.planners.optimal_contended import front_search, two_pass
+from commsched.planners.optimal_contended import certified, front_search, transitions
 from commsched.sim.contention import resource_events as run_events
 from commsched.sim.semantics import NCCL, Semantics
 from commsched.sim.timeline import prefix_bytes
@@ -150,7 +150,7 @@ def joint_search(
     def option_for(cfg: ResourceConfig):
         cf = float(model.compute_factor(cfg))
 
-        def option(k, k2, nbytes):
+        def option(k2, nbytes):
             alone = np.asarray(model.allreduce_s(cost, nbytes, cfg, False), dtype=np.float64)
             over = np.asarray(model.allreduce_s(cost, nbytes, cfg, True), dtype=np.float64)
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -167,10 +167,9 @@ def joint_search(
     drop = all(model.never_faster_overlapped(c) for c in configs) if drop_dominated is None else drop_dominated
     options = [option_for(c) for c in configs]
     work, sizes = [t.backward_s for t in profile.tensors], [t.bytes for t in profile.tensors]
-    ends, end_s, chosen = two_pass(
-        lambda tol, bound: front_search(
-            profile.forward_s, work, sizes, options, least, lambda b: least(b, False), bound, tol, drop_dominated=drop
-        ),
+    table = transitions(sizes, options, least, lambda b: least(b, False), drop_dominated=drop)
+    ends, end_s, chosen = certified(
+        lambda tol, bound, optimistic: front_search(profile.forward_s, work, table, bound, tol, optimistic=optimistic),
         tolerance,
         upper_bound_s,
     )
