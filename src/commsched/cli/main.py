@@ -422,18 +422,29 @@ def _bench_comm_main():
     return bench_main
 
 
+def _bench_resources_main():
+    from commsched.runtime.bench_resources import main as bench_main
+
+    return bench_main
+
+
 def _emulate_main():
     from commsched.emulate import main as emulate_main
 
     return emulate_main
 
 
-_PASS_THROUGH_COMMANDS = {"bench-comm": _bench_comm_main, "emulate": _emulate_main}
+_PASS_THROUGH_COMMANDS = {"bench-comm": _bench_comm_main, "bench-resources": _bench_resources_main, "emulate": _emulate_main}
 
 
 @cli.command("bench-comm", add_help_option=False)
 def bench_comm() -> None:
     """Under torchrun: time all-reduce from 4 B to 256 MiB, fit, write a cluster file (--out; --help for all)."""
+
+
+@cli.command("bench-resources", add_help_option=False)
+def bench_resources() -> None:
+    """Under torchrun on GPUs: all-reduce time and backward slowdown per NCCL config; --fit: sample files to a cluster file."""
 
 
 @cli.command(add_help_option=False)

@@ -24,8 +24,8 @@ threads allow (the routing is what the gloo tests check).
 
 Iteration 0: DDP's buckets follow the definition order until it rebuilds them in the plan's
 layout (see :func:`commsched.ddp_options`); a DDP bucket that does not hold exactly one plan
-bucket's tensors goes to the library default config's group (the default process group unless
-the cluster's default config is planned too).
+bucket's tensors goes to DDP's own process group (the library default config), as do buckets whose
+``resources`` are null.
 
 This module is written against the documented APIs; the NCCL path has not run on a GPU here
 (tests skip without CUDA).
