@@ -238,7 +238,9 @@ def ddp_options_doc(plan: Plan) -> dict:
             "warns where DDP cannot express a plan (mixed dtypes, find_unused_parameters=True)."
             + (
                 " The plan also gives its buckets NCCL resources (blocks x threads per block); these options do "
-                "not apply them: every all-reduce runs with the library's default."
+                "not apply them: every all-reduce runs with the library's default unless you also register "
+                "commsched.runtime.resource_hook (resource_routing(plan, model), resource_hook), which applies "
+                "each bucket's blocks on NCCL (threads per block are one process-wide NCCL_NTHREADS)."
                 if any(b.resources is not None for b in plan.buckets)
                 else ""
             )
