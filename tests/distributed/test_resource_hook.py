@@ -53,7 +53,7 @@ def test_plan_threads_and_bad_resources():
     assert plan_threads(plan(None)) is None
     with pytest.raises(CommschedError, match="blocks"):
         config_key({"threads_per_block": 64})
-    with pytest.raises(CommschedError, match=">= 1"):
+    with pytest.raises(CommschedError, match=r"blocks must be a whole number in \[1,"):
         config_key({"blocks": 0, "threads_per_block": 64})
 
 

@@ -153,7 +153,6 @@ class Transitions:
     lower bounds on the all-reduce time left after each k, and the vertices of the overlap bound
     (:func:`_overlap_vertices`)."""
 
-    prefix: np.ndarray
     per_k: tuple
     comm_left: np.ndarray
     last_left: np.ndarray
@@ -190,7 +189,7 @@ def transitions(sizes, options, least_time, least_last_time, drop_dominated=Fals
         comm_left[k] = np.min(least[cuts[k] : cuts[k + 1]] + comm_left[k + 1 :])
         tl = float(np.asarray(least_last_time(prefix[n : n + 1] - prefix[k]))[0])
         last_left[k] = min(tl, last_left[k + 1]) if k + 1 < n else tl
-    return Transitions(prefix, tuple(per_k), comm_left, last_left, _overlap_vertices(overlap))
+    return Transitions(tuple(per_k), comm_left, last_left, _overlap_vertices(overlap))
 
 
 def front_search(forward_s, work_s, table: Transitions, upper_bound_s=float("inf"), tolerance=0.0, optimistic=False):
@@ -202,8 +201,8 @@ def front_search(forward_s, work_s, table: Transitions, upper_bound_s=float("inf
     the all-reduce's work alone, the factor s >= 1 by which it is longer while compute runs beside
     it (so T s in flight to its end if compute outlasts it; ``slow_comm`` above) and compute's time
     factor c under it (``slow_compute``); each may be a scalar or an array over the candidates.
-    ``least_time(bytes)`` and ``least_last_time(bytes)`` bound any bucket's all-reduce and the last
-    one's from below (they prune). Returns (ends, end of the last all-reduce, option index per
+    :func:`transitions`' ``least_time(bytes)`` and ``least_last_time(bytes)`` bound any bucket's
+    all-reduce and the last one's from below (they prune). Returns (ends, end of the last all-reduce, option index per
     bucket); empty when nothing beats ``upper_bound_s``. ``optimistic``: the relaxation of
     :func:`_front`, whose result is a lower bound (its path is not a real one).
 
@@ -226,8 +225,7 @@ def front_search(forward_s, work_s, table: Transitions, upper_bound_s=float("inf
     n = len(work_s)
     work = np.concatenate(([0.0], np.cumsum(np.asarray(work_s, dtype=np.float64))))
     total = float(work[n])
-    comm_left, last_left = table.comm_left, table.last_left
-    vertices = table.vertices
+    comm_left, last_left, vertices = table.comm_left, table.last_left, table.vertices
     bound = upper_bound_s * (1 + 1e-12)
     # no bucketing ends before compute (forward, all backward) and then the last tensor's all-reduce
     lowest = forward_s + total + float(last_left[0])
@@ -267,10 +265,9 @@ def front_search(forward_s, work_s, table: Transitions, upper_bound_s=float("inf
         f2 = np.where(r <= 0.0, s + t, np.where(overlapped, s + t * slow, s + r * c + (t - r * c / slow)))
         p2 = np.where(overlapped & (r > 0.0), q + t * slow / c, total)
         dest = js + k + 1
-        lower = np.maximum(f2 + comm_left[dest], f2 + (total - p2) + last_left[dest])
-        x, y = total - p2, comm_left[dest]
+        x, y = total - p2, comm_left[dest]  # compute and all-reduce work left, at least
         saving = np.min(x[..., None] * vertices[:, 0] + y[..., None] * vertices[:, 1], axis=-1)
-        lower = np.maximum(lower, f2 + x + y - saving)
+        lower = f2 + np.maximum(np.maximum(y, x + last_left[dest]), x + y - saving)
         lower = np.where(dest == n, f2, lower)  # k2 = n: the last all-reduce has ended
         keep = (lower <= bound) & ~useless_j[:, js]
         # every kept candidate at once, grouped by destination (candidates are in destination
@@ -308,7 +305,7 @@ def front_search(forward_s, work_s, table: Transitions, upper_bound_s=float("inf
 
 def _overlap_vertices(pairs) -> np.ndarray:
     """Vertices (u, v) of the dual of the most time overlap can save, for :func:`front_search`'s
-    ``overlap_bound``: with X of compute and Y of all-reduce work (in ``least_time`` units) left,
+    pruning bound: with X of compute and Y of all-reduce work (in ``least_time`` units) left,
     the rest takes at least X + Y - S(X, Y), S = min over the vertices of X u + Y v.
 
     Let option o overlap compute for t_o seconds in all: it does t_o / c_o of compute and at most

@@ -51,11 +51,11 @@ def _measure(blocks: Sequence[int], threads: int, sizes: Sequence[int], repeats:
     import torchvision
 
     configs = [ResourceConfig(b, threads) for b in blocks]
-    groups = resource_groups([(c.blocks, c.threads_per_block) for c in configs], backend="nccl")
+    groups = resource_groups(configs, backend="nccl")
     stream = torch.cuda.current_stream()
     allreduce = []
     for cfg in configs:
-        group = groups[(cfg.blocks, cfg.threads_per_block)]
+        group = groups[cfg]
         for size in sizes:
             buf = torch.ones(max(1, size // 4), device="cuda")
             for _ in range(3):  # warm-up: the communicator's first use sets up its channels
@@ -76,7 +76,7 @@ def _measure(blocks: Sequence[int], threads: int, sizes: Sequence[int], repeats:
     side = torch.cuda.Stream()
     big = torch.ones((64 << 20) // 4, device="cuda")
     for cfg in configs:
-        group = groups[(cfg.blocks, cfg.threads_per_block)]
+        group = groups[cfg]
         one = _slowest(_time_s(lambda: dist.all_reduce(big, group=group), stream))
         for _ in range(repeats):
             alone = _slowest(_time_s(backward, stream))

@@ -42,6 +42,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from commsched.cost.contention import ResourceConfig, config_from_json
 from commsched.errors import CommschedError
 from commsched.types import Plan
 
@@ -55,17 +56,9 @@ OVERRIDING_ENV = {
 }
 
 
-def config_key(resources: Mapping | None) -> tuple[int, int] | None:
-    """(blocks, threads_per_block) of a bucket's ``resources`` object; None keeps the default."""
-    if resources is None:
-        return None
-    try:
-        blocks, threads = int(resources["blocks"]), int(resources["threads_per_block"])
-    except (KeyError, TypeError, ValueError) as e:
-        raise CommschedError(f"bucket resources must have whole blocks and threads_per_block, got {resources!r}") from e
-    if blocks < 1 or threads < 1:
-        raise CommschedError(f"bucket resources must have blocks and threads_per_block >= 1, got {resources!r}")
-    return blocks, threads
+def config_key(resources: Mapping | None) -> ResourceConfig | None:
+    """A bucket's ``resources`` object as a config; None keeps the default."""
+    return None if resources is None else config_from_json(resources, "bucket resources")
 
 
 def env_overrides(environ: Mapping[str, str] | None = None) -> list[str]:
@@ -82,12 +75,12 @@ def env_overrides(environ: Mapping[str, str] | None = None) -> list[str]:
 def plan_threads(plan: Plan) -> int | None:
     """The one threads-per-block value the plan's configs share (what ``NCCL_NTHREADS`` would need
     to be for them), or None when the plan has no configs or they differ."""
-    threads = {config_key(b.resources)[1] for b in plan.buckets if b.resources is not None}
+    threads = {config_key(b.resources).threads_per_block for b in plan.buckets if b.resources is not None}
     return threads.pop() if len(threads) == 1 else None
 
 
 def resource_groups(configs, backend: str | None = None, ranks: list[int] | None = None) -> dict:
-    """One process group per distinct config in ``configs`` ((blocks, threads) or None), created in
+    """One process group per distinct config in ``configs`` (:class:`ResourceConfig` or None), created in
     one order (by threads, then blocks) so every rank makes the same calls; None maps to no new
     group (the caller's default). On NCCL each group's communicator is limited to ``blocks`` CTAs
     (``min_ctas`` = ``max_ctas``); on any other backend the groups are plain."""
@@ -95,12 +88,12 @@ def resource_groups(configs, backend: str | None = None, ranks: list[int] | None
         raise CommschedError("per-bucket resources need torch.distributed initialised (init_process_group)")
     backend = backend or dist.get_backend()
     groups: dict = {}
-    for key in sorted({k for k in configs if k is not None}, key=lambda k: (k[1], k[0])):
+    for key in sorted({k for k in configs if k is not None}, key=lambda k: (k.threads_per_block, k.blocks)):
         options = None
         if backend == "nccl":
             options = dist.ProcessGroupNCCL.Options()
-            options.config.min_ctas = key[0]
-            options.config.max_ctas = key[0]
+            options.config.min_ctas = key.blocks
+            options.config.max_ctas = key.blocks
         groups[key] = dist.new_group(ranks=ranks, backend=backend, pg_options=options)
     return groups
 
@@ -160,7 +153,7 @@ def resource_hook(state, bucket):  # no annotations: DDP compares them with the 
     key = state.configs[index] if index is not None else None
     group = state.groups.get(key, state.default_group)
     if state.log is not None:
-        state.log.append((bucket.index(), index, key, _name(group)))
+        state.log.append((bucket.index(), index, None if key is None else (key.blocks, key.threads_per_block), _name(group)))
     buffer = bucket.buffer()
     buffer.div_(dist.get_world_size(group))
     if state.serial and buffer.is_cuda:

@@ -59,7 +59,7 @@ def main() -> None:
             opt.step()
         steps.append([list(e) for e in routing.log])
         routing.log.clear()
-    names = {str(k): str(g.group_name) for k, g in routing.groups.items()}
+    names = {str((k.blocks, k.threads_per_block)): str(g.group_name) for k, g in routing.groups.items()}
     common.emit(
         {
             "rank": rank,
