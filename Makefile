@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test bench clean
+.PHONY: run test bench tuner clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_speed.py
 	$(BIN)/python benchmarks/mgwfbp_vs_optimal.py
+
+# The NCCL tuner plugin (C, system compiler, no CUDA): out/nccl-tuner/libcommsched_nccl_tuner.so
+tuner: $(STAMP)
+	$(BIN)/commsched nccl-tuner --out out/nccl-tuner
 
 clean:
 	rm -rf $(VENV) out

@@ -5,6 +5,8 @@ grid) and on synthetic samples from a known grid, cost and compute slowdowns."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 
@@ -116,13 +118,12 @@ def test_bad_samples_are_named(tmp_path):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA GPUs: measures NCCL all-reduces and a backward pass")
-def test_measuring_on_gpus_writes_samples_that_fit(tmp_path):
-    import os
-
+@pytest.mark.parametrize("mechanism", ["tuner", "groups"])
+def test_measuring_on_gpus_writes_samples_that_fit(tmp_path, mechanism):
     n = min(2, torch.cuda.device_count())
     out = tmp_path / "s.json"
     r = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={n}", "-m", "commsched", "bench-resources", "--out", str(out), "--repeats", "3"],
+        [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={n}", "-m", "commsched", "bench-resources", "--out", str(out), "--repeats", "3", "--mechanism", mechanism],
         capture_output=True, text=True, timeout=1200, env={**os.environ, "NCCL_NTHREADS": "256"},
     )
     assert r.returncode == 0, r.stderr
@@ -130,3 +131,24 @@ def test_measuring_on_gpus_writes_samples_that_fit(tmp_path):
     assert {c.blocks for c, _, _ in samples.allreduce} == {1, 2, 3, 4}
     assert all(s > 0 for _, s in samples.compute)
     fit_resource_cluster(samples, DEFAULT)
+
+
+@pytest.mark.skipif(not any(shutil.which(c) for c in ("cc", "gcc", "clang")), reason="no C compiler on PATH")
+def test_the_tuner_mechanism_loads_commscheds_plugin_before_nccl_starts(tmp_path, monkeypatch, capfd):
+    """What measure_resources sets before init_process_group (the CUDA part skips here)."""
+    import ctypes
+
+    from commsched.nccl_tuner import TABLE_ENV
+    from commsched.runtime.gpu_bench import _load_tuner
+
+    monkeypatch.delenv("NCCL_MIN_NCHANNELS", raising=False)
+    for name in ("NCCL_TUNER_PLUGIN", TABLE_ENV):
+        monkeypatch.setenv(name, "")  # restored after the test
+    _load_tuner(tmp_path, 4)
+    assert os.environ["NCCL_MIN_NCHANNELS"] == "4"  # NCCL caps the plugin's channels at the communicator's
+    lib = ctypes.CDLL(os.environ["NCCL_TUNER_PLUGIN"])
+    assert ctypes.c_char_p.in_dll(lib, "ncclTunerPlugin_v6").value == b"commsched"
+    assert open(os.environ[TABLE_ENV]).read().startswith("commsched-nccl-tuner 1")
+    monkeypatch.setenv("NCCL_MIN_NCHANNELS", "8")
+    _load_tuner(tmp_path, 4)
+    assert os.environ["NCCL_MIN_NCHANNELS"] == "8"  # the user's value stands

@@ -9,7 +9,7 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "commsched"
 PURE = ["cost", "sim", "planners", "scale", "report", "types.py", "errors.py", "io.py", "compare.py", "devices.py",
-        "profile/estimate.py", "profile/__init__.py", "models/__init__.py", "models/inventory_types.py", "models/names.py"]
+        "profile/estimate.py", "profile/__init__.py", "models/__init__.py", "models/inventory_types.py", "models/names.py", "nccl_tuner"]
 
 
 def test_pure_modules_have_no_torch_import_statement():
@@ -33,7 +33,7 @@ def test_importing_the_pure_stages_loads_no_torch():
         "import sys\n"
         "import commsched.cost, commsched.sim, commsched.sim.analytic, commsched.planners, commsched.scale\n"
         "import commsched.compare, commsched.io, commsched.report.trace, commsched.report.plots\n"
-        "import commsched.profile.estimate, commsched.models, commsched.cli.main\n"
+        "import commsched.profile.estimate, commsched.models, commsched.cli.main, commsched.nccl_tuner\n"
         "bad = sorted(m for m in sys.modules if m == 'torch' or m.startswith(('torch.', 'torchvision')))\n"
         "assert not bad, bad[:5]\n"
     )

@@ -161,13 +161,22 @@ def cli() -> None:
 @click.option("--iters", type=int, default=10, show_default=True, help="Timed steps with --measure.")
 @click.option("--warmup", type=int, default=3, show_default=True, help="Untimed steps with --measure.")
 @click.option("--sequential", is_flag=True, help="With --measure: synchronise the device after every gradient (MG-WFBP 5.1).")
+@click.option("--from-trace", "trace_path", default=None, help="Measured profile from a torch.profiler Chrome trace of your job (needs --model and --batch-size).")
+@click.option("--cluster-out", default=None, help="With --from-trace: cluster JSON of the trace's all-reduces (default: <out>-cluster.json).")
 @click.option("--out", "out_path", required=True, help="Profile JSON to write.")
-def profile(model, batch_size, device, image_size, efficiency, measure, iters, warmup, sequential, out_path) -> None:
+def profile(model, batch_size, device, image_size, efficiency, measure, iters, warmup, sequential, trace_path, cluster_out, out_path) -> None:
     """Profile a zoo model: gradient tensors in ready order, bytes, backward times (estimated or measured)."""
     from commsched.io import profile_to_json, write_json
     from commsched.types import MAX_STEPS
 
     _check_model_inputs(batch_size, image_size, efficiency)
+    if cluster_out is not None and trace_path is None:
+        raise CommschedError("--cluster-out goes with --from-trace (the cluster is the trace's all-reduces)")
+    if trace_path is not None:
+        if measure:
+            raise CommschedError("--from-trace and --measure are exclusive: the trace is the measurement")
+        _profile_from_trace(trace_path, model, batch_size, device, image_size, cluster_out, out_path)
+        return
     if measure:
         _bounded("--iters", iters, MAX_STEPS, f"{MAX_STEPS:,}")
         _bounded("--warmup", warmup, MAX_STEPS, f"{MAX_STEPS:,}", strict=False)
@@ -186,6 +195,48 @@ def profile(model, batch_size, device, image_size, efficiency, measure, iters, w
         f"forward {p.forward_s * 1e3:.1f} ms, backward {p.backward_s * 1e3:.1f} ms on {p.device} -> {out_path}",
         err=True,
     )
+
+
+def _profile_from_trace(trace_path, model, batch_size, device, image_size, cluster_out, out_path) -> None:
+    """``profile --from-trace``: match the trace to zoo model ``model``; write the profile and, when the
+    trace all-reduced at two sizes or more, the table cluster. Everything is computed before any write."""
+    from click.core import ParameterSource
+
+    from commsched.io import profile_to_json, write_json
+    from commsched.models.zoo import ZOO_MODELS
+    from commsched.profile.from_trace import cluster_doc, load_trace, parse_trace, profile_from_trace, zoo_params
+
+    ctx = click.get_current_context()
+    # the trace names neither the model nor the batch: their defaults would silently mislabel it
+    for opt, param in (("--model", "model"), ("--batch-size", "batch_size")):
+        if ctx.get_parameter_source(param) is ParameterSource.DEFAULT:
+            raise CommschedError(f"--from-trace needs {opt}: the trace does not say which model and batch it ran")
+    if model not in ZOO_MODELS:
+        raise CommschedError(f"unknown model {model!r}; choose from {', '.join(ZOO_MODELS)}")
+    trace = parse_trace(load_trace(trace_path), str(trace_path))
+    label = device if ctx.get_parameter_source("device") is not ParameterSource.DEFAULT else None
+    r = profile_from_trace(trace, zoo_params(model, image_size), model=model, batch_size=batch_size, device=label,
+                           trace_name=Path(trace_path).name)
+    cdoc = cluster_doc(r)
+    cpath = cluster_out or str(Path(out_path).with_name(Path(out_path).stem + "-cluster.json"))
+    write_json(out_path, profile_to_json(r.profile))
+    if cdoc is not None:
+        write_json(cpath, cdoc)
+    p, m = r.profile, r.match
+    click.echo(
+        f"{p.model}: {len(p.tensors)} gradient tensors, {p.total_bytes / 2**20:.1f} MiB, forward {p.forward_s * 1e3:.1f} ms, "
+        f"backward {p.backward_s * 1e3:.1f} ms on {p.device}, median of {r.steps} steps ({r.clock} clock); "
+        f"{m.by_unique_shape} matched by a unique shape, {m.by_order} by order among same-shaped -> {out_path}",
+        err=True,
+    )
+    if cdoc is not None:
+        click.echo(
+            f"all-reduce table: {cdoc['workers']} workers, {len(cdoc['samples'])} sizes from {cdoc['time_source']} "
+            f"durations -> {cpath}",
+            err=True,
+        )
+    for note in r.notes:
+        click.echo(f"note: {note}", err=True)
 
 
 def _strategy_options(f):
@@ -343,6 +394,11 @@ def _write_plan_outputs(cmp, out: Path) -> None:
     check_timelines(shown)  # what the plot needs, before any file is written
     write_json(out / "plan.json", plan_to_json(cmp.results[best].plan))
     write_json(out / "ddp_options.json", ddp_options_doc(cmp.results[best].plan))  # commsched.ddp_options/v1
+    if any(b.resources is not None for b in cmp.results[best].plan.buckets):
+        from commsched.nccl_tuner import table_from_plan, table_text
+
+        plan = cmp.results[best].plan
+        (out / "nccl_tuner_table.txt").write_text(table_text(table_from_plan(plan), f"strategy {plan.strategy}, model {plan.model}"))
     ordered = {best: cmp.results[best].timeline} | {k: r.timeline for k, r in cmp.results.items() if k != best}
     write_json(out / "trace.json", chrome_trace(ordered))
     p = cmp.profile
@@ -497,6 +553,48 @@ def validate(model, batch_size, image_size, strategies, rounds, steps, out_dir) 
         clean = True
     finally:
         end_process_group(clean)
+
+
+@cli.command("nccl-tuner")
+@click.argument("plan_path", required=False, type=click.Path(dir_okay=False))
+@click.option("--out", "out_dir", default="out/nccl-tuner", show_default=True, help="Directory for the library and the table.")
+@click.option("--build/--no-build", default=True, show_default=True, help="Compile the plugin with the system C compiler.")
+def nccl_tuner(plan_path, out_dir, build) -> None:
+    """Write an NCCL tuner table from a plan (bucket bytes -> blocks) and build the tuner plugin."""
+    from commsched.nccl_tuner import LIBRARY_NAME, build_plugin, plugin_env, table_from_plan, table_text
+
+    if plan_path is None and not build:
+        raise CommschedError("nothing to do: give a plan file, or drop --no-build to build the plugin")
+    out = Path(out_dir)
+    library = out / LIBRARY_NAME
+    table_path = out / "nccl_tuner_table.txt"
+    if plan_path is not None:
+        from commsched.io import load_plan
+
+        plan = load_plan(plan_path)
+        table = table_from_plan(plan)
+        out.mkdir(parents=True, exist_ok=True)
+        table_path.write_text(table_text(table, f"from {plan_path}: strategy {plan.strategy}, model {plan.model}"))
+        set_ranges = sum(1 for r in table.ranges if r.channels)
+        click.echo(f"wrote {table_path}: {len(table.ranges)} bucket sizes, {set_ranges} with a channel count", err=True)
+        for c in table.conflicts:
+            click.echo(
+                f"warning: buckets {', '.join(map(str, c.buckets))} all have {c.bytes} bytes but blocks "
+                f"{', '.join(map(str, c.channels))}; the tuner keys on size, so all get {c.channels_kept} "
+                "(the resource hook applies each bucket's own)",
+                err=True,
+            )
+        if not set_ranges:
+            click.echo("note: the plan has no per-bucket resources; the plugin will keep NCCL's choice", err=True)
+    if build:
+        build_plugin(library)
+        click.echo(f"built {library}", err=True)
+    env = plugin_env(library, table_path)
+    if plan_path is None:  # no table written: the user points COMMSCHED_NCCL_TUNER_TABLE at one
+        env = {k: v for k, v in env.items() if k == "NCCL_TUNER_PLUGIN"}
+    import shlex
+
+    click.echo("\n".join(f"export {k}={shlex.quote(v)}" for k, v in env.items()))
 
 
 @cli.command()

@@ -2,14 +2,14 @@
 (issue 13, item 3).
 
 Measuring (``torchrun --nproc_per_node=N -m commsched bench-resources --out samples.json``, CUDA
-and NCCL only): for each block count B of ``--blocks``, an NCCL group limited to B CTAs (the
-groups of :mod:`commsched.runtime.resource_hook`) times all-reduce alone at each size, and the
-slowdown of a backward pass (torchvision resnet18, batch 32) while all-reduces of that group run
-beside it on another stream. Threads per block are NCCL_NTHREADS, one value per process: the
-command measures the configs B x NCCL_NTHREADS (it refuses when the variable is unset) and is run
-once per thread count, and ``--fit`` merges the sample files. (The issue asked for the channel
-count through the tuner plugin of item 2, which is not built; communicator CTAs are the same
-channel limit, set when the group is made.)
+and NCCL only): for each block count B of ``--blocks``, an NCCL group whose all-reduces get B
+channels (by default through commsched's NCCL tuner plugin, item 2; ``--mechanism groups`` uses
+communicators with min_ctas = max_ctas = B instead, see :mod:`commsched.runtime.gpu_bench`) times
+all-reduce alone at each size, and the slowdown of a backward pass (torchvision resnet18, batch 32)
+while all-reduces of that group run beside it on another stream. Threads per block are
+NCCL_NTHREADS, one value per process: the command measures the configs B x NCCL_NTHREADS (it
+refuses when the variable is unset) and is run once per thread count, and ``--fit`` merges the
+sample files.
 
 Fitting (``commsched bench-resources --fit a.json b.json ... --out cluster.json``, any machine):
 :func:`fit_resource_cluster` makes the measured-grid contention model of
@@ -154,6 +154,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default="measured-resources", help="cluster name (with --fit)")
     p.add_argument("--blocks", default="1,2,3,4", help="block counts to measure (default 1,2,3,4)")
     p.add_argument("--repeats", type=int, default=11, help="timed repetitions per point (default 11)")
+    p.add_argument(
+        "--mechanism", choices=("tuner", "groups"), default="tuner",
+        help="how blocks are set: commsched's NCCL tuner plugin (default; needs a C compiler) "
+        "or process groups with min_ctas = max_ctas",
+    )
     return p
 
 
@@ -200,7 +205,7 @@ def _measure(args: argparse.Namespace) -> int:  # pragma: no cover - needs CUDA 
     blocks = [int(b) for b in args.blocks.split(",")]
     from commsched.runtime.gpu_bench import measure_resources
 
-    samples = measure_resources(blocks, int(threads), DEFAULT_SIZES, args.repeats)
+    samples = measure_resources(blocks, int(threads), DEFAULT_SIZES, args.repeats, args.mechanism)
     if int(os.environ["RANK"]) == 0:
         write_json(args.out, samples.to_json())
         print(f"wrote {args.out}")

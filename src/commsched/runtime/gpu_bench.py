@@ -1,13 +1,27 @@
 """The CUDA side of ``commsched bench-resources`` (see :mod:`commsched.runtime.bench_resources`):
 all-reduce alone per block count and size, and a backward pass's slowdown beside all-reduces of
 each block count. Needs CUDA and an initialised-by-torchrun environment; not run on a GPU here.
+
+Two ways to set the block count (``mechanism``):
+
+- ``tuner`` (default): commsched's NCCL tuner plugin (:mod:`commsched.nccl_tuner`), one
+  communicator per block count, each created while ``COMMSCHED_NCCL_TUNER_TABLE`` names a table
+  that gives every all-reduce size that many channels. NCCL reads the plugin's answer per
+  collective (the mechanism a plan uses through ``commsched nccl-tuner``); the plugin reads its
+  table once per communicator, at the communicator's creation, which the first collective on the
+  group forces here. ``NCCL_MIN_NCHANNELS`` is raised to the largest block count (unless set), as
+  NCCL caps the plugin's channels at the communicator's.
+- ``groups``: one communicator per block count with ``min_ctas = max_ctas`` (the resource hook's
+  groups, :mod:`commsched.runtime.resource_hook`), for machines without a C compiler.
 """
 
 from __future__ import annotations
 
 import os
 import statistics
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -36,22 +50,55 @@ def _slowest(value: float) -> float:
     return float(t.item())
 
 
-def measure_resources(blocks: Sequence[int], threads: int, sizes: Sequence[int], repeats: int) -> ResourceSamples:
+def measure_resources(
+    blocks: Sequence[int], threads: int, sizes: Sequence[int], repeats: int, mechanism: str = "tuner"
+) -> ResourceSamples:
     """Initialise NCCL from torchrun's environment, measure, destroy the process group."""
+    if mechanism not in ("tuner", "groups"):
+        raise ValueError(f"mechanism must be 'tuner' or 'groups', got {mechanism!r}")
     local = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local)
-    dist.init_process_group("nccl")
-    try:
-        return _measure(blocks, threads, sizes, repeats)
-    finally:
-        dist.destroy_process_group()
+    with tempfile.TemporaryDirectory(prefix="commsched-tuner-") as tmp:
+        if mechanism == "tuner":
+            _load_tuner(Path(tmp), max(blocks))  # before the first communicator: NCCL loads plugins once
+        dist.init_process_group("nccl")
+        try:
+            configs = [ResourceConfig(b, threads) for b in blocks]
+            groups = _tuner_groups(configs, Path(tmp)) if mechanism == "tuner" else resource_groups(configs, backend="nccl")
+            return _measure(configs, groups, sizes, repeats)
+        finally:
+            dist.destroy_process_group()
 
 
-def _measure(blocks: Sequence[int], threads: int, sizes: Sequence[int], repeats: int) -> ResourceSamples:
+def _load_tuner(tmp: Path, most_blocks: int) -> None:
+    from commsched.nccl_tuner import LIBRARY_NAME, MAGIC, TABLE_ENV, build_plugin
+
+    library = build_plugin(tmp / LIBRARY_NAME)
+    (tmp / "default.txt").write_text(MAGIC + "\n")  # the default group: NCCL's choice everywhere
+    os.environ["NCCL_TUNER_PLUGIN"] = str(library)
+    os.environ[TABLE_ENV] = str(tmp / "default.txt")
+    os.environ.setdefault("NCCL_MIN_NCHANNELS", str(most_blocks))
+
+
+def _tuner_groups(configs: Sequence[ResourceConfig], tmp: Path) -> dict:
+    """One group per config, each communicator created under a table of its block count."""
+    from commsched.nccl_tuner import TABLE_ENV, TunerRange, TunerTable, table_text
+
+    groups = {}
+    for cfg in configs:
+        table = tmp / f"blocks-{cfg.blocks}.txt"
+        table.write_text(table_text(TunerTable((TunerRange(0, 2**64 - 1, cfg.blocks),))))
+        os.environ[TABLE_ENV] = str(table)
+        group = dist.new_group(backend="nccl")
+        dist.all_reduce(torch.ones(1, device="cuda"), group=group)  # creates the communicator now
+        torch.cuda.synchronize()
+        groups[cfg] = group
+    return groups
+
+
+def _measure(configs: Sequence[ResourceConfig], groups: dict, sizes: Sequence[int], repeats: int) -> ResourceSamples:
     import torchvision
 
-    configs = [ResourceConfig(b, threads) for b in blocks]
-    groups = resource_groups(configs, backend="nccl")
     stream = torch.cuda.current_stream()
     allreduce = []
     for cfg in configs:
