@@ -95,6 +95,21 @@ def test_plan_zoo_model_on_rescaled_preset(tmp_path):
     assert "32 workers" in r.stdout and (tmp_path / "plan.json").exists()
 
 
+def test_plan_dtype_halves_gradient_bytes_of_zoo_profiles(tmp_path):
+    import json
+
+    docs = {}
+    for dtype in ("fp32", "fp16"):
+        r = run("plan", "--model", "resnet18", "--dtype", dtype, "--strategy", "wfbp", "--json")
+        assert r.returncode == 0, r.stderr
+        docs[dtype] = json.loads(r.stdout)["strategies"]["wfbp"]["buckets"]
+    assert [b["bytes"] for b in docs["fp16"]] == [b["bytes"] // 2 for b in docs["fp32"]]
+    r = run("plan", "--profile", PROFILE, "--dtype", "fp16")
+    assert r.returncode == 2 and "a profile file carries its own bytes" in r.stderr
+    r = run("profile", "--model", "resnet18", "--dtype", "fp16", "--measure", "--out", str(tmp_path / "p.json"))
+    assert r.returncode == 2 and "--dtype sets the gradient bytes of estimated profiles" in r.stderr
+
+
 def test_scale_writes_csv_and_png(tmp_path):
     r = run(
         "scale", "--profile", PROFILE, "--cluster", "k80-10gbe", "--workers", "4,8,...,64",

@@ -158,3 +158,17 @@ def test_zoo_profile():
     assert halved.compute_s == pytest.approx(2 * p.compute_s)
     with pytest.raises(CommschedError, match="'nope'"):
         zoo.zoo_profile("resnet18", 16, "nope")
+
+
+@pytest.mark.parametrize("dtype, size", [("fp32", 4), ("fp16", 2), ("bf16", 2)])
+def test_gradient_dtype_sets_bytes_from_elements_and_leaves_compute(dtype, size):
+    base = estimate_profile(_inv(), GPU, 4)
+    p = estimate_profile(_inv(), GPU, 4, dtype=dtype)
+    assert [t.bytes for t in p.tensors] == [100 * (i + 1) * size for i in range(4)]
+    assert [t.backward_s for t in p.tensors] == [t.backward_s for t in base.tensors]
+    assert p.forward_s == base.forward_s
+
+
+def test_bad_gradient_dtype_is_named():
+    with pytest.raises(CommschedError, match="gradient dtype must be one of fp32, fp16, bf16, got 'fp8'"):
+        estimate_profile(_inv(), GPU, 4, dtype="fp8")

@@ -26,11 +26,25 @@ def _check_efficiency(efficiency: float) -> float:
     return float(efficiency)
 
 
+# bytes per gradient element: what an all-reduce of a gradient moves when training keeps (or casts)
+# its gradients in that type (mixed precision's FP16 gradients, MG-WFBP Section 6 and the
+# resource-sharing paper's runs); compute is not changed by it (device and efficiency set that)
+GRADIENT_DTYPES = {"fp32": 4, "fp16": 2, "bf16": 2}
+
+
+def gradient_bytes(numel: int, dtype: str) -> int:
+    """A gradient tensor's bytes when its elements are ``dtype`` (one of :data:`GRADIENT_DTYPES`)."""
+    if dtype not in GRADIENT_DTYPES:
+        raise CommschedError(f"gradient dtype must be one of {', '.join(GRADIENT_DTYPES)}, got {shown(dtype)}")
+    return numel * GRADIENT_DTYPES[dtype]
+
+
 def estimate_profile(
     inv: ModelInventory,
     device: Device | str,
     batch_size: int,
     efficiency: float = CALIBRATED_EFFICIENCY,
+    dtype: str | None = None,
 ) -> ModelProfile:
     """Estimate a training step's forward and per-tensor backward times (``source="estimated"``).
 
@@ -41,7 +55,9 @@ def estimate_profile(
     FLOPs grow linearly with the batch (every layer's work is per sample), so an inventory taken at
     batch b is scaled by ``batch_size / b``; this lets a small-batch CPU inventory stand for a large
     GPU batch. Tensors with no attributed FLOPs get backward_s = 0 (ready together with the one
-    before). ``device`` is a :class:`~commsched.devices.Device` or a preset name.
+    before). ``device`` is a :class:`~commsched.devices.Device` or a preset name. ``dtype`` (fp32,
+    fp16, bf16) sets the gradients' element type, so bytes = numel x its size; None keeps each
+    tensor's own (the model's parameter dtype).
     """
     if not isinstance(inv, ModelInventory):
         raise CommschedError(f"estimate_profile needs a ModelInventory, got {type(inv).__name__}")
@@ -53,6 +69,8 @@ def estimate_profile(
     if batch_size > MAX_BATCH_SIZE:
         raise CommschedError(f"batch_size must be at most 2**24 samples per worker, got {shown(batch_size)}")
     c = _check_efficiency(efficiency)
+    if dtype is not None:
+        gradient_bytes(1, dtype)  # names a bad dtype before any work
     if not math.isfinite(dev.peak_flops) or dev.peak_flops <= 0:
         raise CommschedError(f"device {dev.name!r} peak_flops must be > 0, got {dev.peak_flops!r}")
 
@@ -69,7 +87,7 @@ def estimate_profile(
     tensors = tuple(
         TensorSpec(
             name=t.name,
-            bytes=t.bytes,
+            bytes=t.bytes if dtype is None else gradient_bytes(t.numel, dtype),
             backward_s=2.0 * t.forward_flops * scale / achieved_flops_per_s,
         )
         for t in inv.tensors

@@ -48,12 +48,14 @@ def zoo_profile(
     device_name: str,
     image_size: int | None = None,
     efficiency: float | None = None,
+    dtype: str | None = None,
 ) -> ModelProfile:
     """Estimated profile (OSF Eq. 4-6) of zoo model ``name`` at ``batch_size`` on preset ``device_name``.
 
-    ``efficiency`` None means the calibrated c (:data:`~commsched.devices.CALIBRATED_EFFICIENCY`).
+    ``efficiency`` None means the calibrated c (:data:`~commsched.devices.CALIBRATED_EFFICIENCY`);
+    ``dtype`` the gradients' element type (None: the zoo's fp32 parameters).
     """
     dev = device(device_name)  # fail on a bad name before spending CPU time on the model
     inv = zoo_inventory(name, image_size=image_size)
     c = CALIBRATED_EFFICIENCY if efficiency is None else efficiency
-    return estimate_profile(inv, dev, batch_size, efficiency=c)
+    return estimate_profile(inv, dev, batch_size, efficiency=c, dtype=dtype)

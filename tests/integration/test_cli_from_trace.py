@@ -1,0 +1,146 @@
+"""``commsched profile --from-trace`` end to end, in real subprocesses: a trace recorded here by
+torch.profiler on the CPU, a GPU-style trace with NCCL all-reduces, and the errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from commsched.io import load_cluster, load_profile
+
+NCCL_KERNEL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "commsched", *args], capture_output=True, text=True, timeout=300)
+
+
+def record_cpu_trace(path: Path) -> None:
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    from commsched.models.inventory import sum_of_means
+    from commsched.models.zoo import build_model, example_input
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = build_model("resnet18")
+    (x,) = example_input("resnet18", 4, 32)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, schedule=schedule(wait=1, warmup=1, active=2)) as prof:
+        for _ in range(4):
+            opt.zero_grad()
+            sum_of_means(model(x)).backward()
+            opt.step()
+            prof.step()
+    prof.export_chrome_trace(str(path))
+
+
+def test_from_a_cpu_trace_recorded_here(tmp_path):
+    trace = tmp_path / "trace.json"
+    record_cpu_trace(trace)
+    r = run("profile", "--from-trace", str(trace), "--model", "resnet18", "--batch-size", "4", "--image-size", "32",
+            "--out", str(tmp_path / "p.json"))
+    assert r.returncode == 0, r.stderr
+    assert "median of 2 steps (host clock); 9 matched by a unique shape, 53 by order" in r.stderr
+    assert "note: no all-reduce in the trace: no cluster" in r.stderr
+    p = load_profile(tmp_path / "p.json")
+    assert p.source == "measured" and p.device == "cpu" and p.batch_size == 4 and len(p.tensors) == 62
+    assert p.names[:2] == ("fc.bias", "fc.weight") and p.names[-1] == "conv1.weight"
+    assert p.forward_s > 0 and p.backward_s > 0
+    assert not (tmp_path / "p-cluster.json").exists()
+
+
+def nccl_trace(shapes: list[tuple[int, ...]], buckets: list[tuple[int, list[float]]]) -> dict:
+    """Two steps of a GPU job: one forward op, the backward's AccumulateGrads 10 us apart, and per
+    bucket (number of gradients, kernel time per step in us) a record_param_comms op and its NCCL kernel."""
+    events: list[dict] = []
+
+    def x(cat, name, ts, dur, pid=1, tid=1, **args):
+        events.append({"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args})
+
+    for k in range(2):
+        s = 1e6 + 1e5 * k
+        x("user_annotation", f"ProfilerStep#{k}", s, 9e4)
+        x("cpu_op", "aten::conv2d", s + 100, 900)
+        events.append({"ph": "s", "id": k + 1, "pid": 1, "tid": 1, "ts": s + 100, "cat": "fwdbwd", "name": "fwdbwd"})
+        x("cpu_op", "autograd::engine::evaluate_function: ConvolutionBackward0", s + 1000, 5, tid=2)
+        t, i = s + 1010, 0
+        for count, times in buckets:
+            for shape in shapes[i:i + count]:
+                x("cpu_op", "torch::autograd::AccumulateGrad", t, 2, tid=2, **{"Input Dims": [list(shape)], "Input type": ["float"]})
+                t += 10
+            nelems = sum(int(__import__("math").prod(sh)) for sh in shapes[i:i + count])
+            ext = int(s) + i
+            x("cpu_op", "record_param_comms", t, 3, tid=2, **{"External id": ext, "Collective name": "allreduce",
+                                                              "dtype": "Float", "In msg nelems": nelems, "Group size": 8})
+            x("kernel", NCCL_KERNEL, t + 50, times[k], pid=0, tid=20, **{"External id": ext, "correlation": ext})
+            i += count
+    return {"deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}], "traceEvents": events}
+
+
+def test_from_a_gpu_trace_writes_the_table_cluster(tmp_path):
+    from commsched.profile.from_trace import zoo_params
+
+    params = zoo_params("alexnet")  # 16 gradient tensors, classifier first
+    trace = tmp_path / "gpu.json"
+    # three buckets: the last classifier layer, the rest of the classifier, the features
+    trace.write_text(json.dumps(nccl_trace([p.shape for p in params], [(2, [30.0, 50.0]), (4, [900.0, 1100.0]), (10, [400.0, 600.0])])))
+    out, cluster = tmp_path / "p.json", tmp_path / "c.json"
+    r = run("profile", "--from-trace", str(trace), "--model", "alexnet", "--batch-size", "32", "--out", str(out),
+            "--cluster-out", str(cluster))
+    assert r.returncode == 0, r.stderr
+    assert "all-reduce table: 8 workers, 3 sizes from device kernel durations" in r.stderr
+    p = load_profile(out)
+    assert p.names == tuple(q.name for q in params) and p.device == "NVIDIA H100 80GB HBM3"
+    assert [t.backward_s for t in p.tensors][1:] == pytest.approx([10e-6] * 15)
+    c = load_cluster(cluster)
+    sizes = [sum(q.bytes for q in params[:2]), sum(q.bytes for q in params[2:6]), sum(q.bytes for q in params[6:])]
+    # medians 40, 1000 and 500 us by size; the features' bucket is the smallest of the three...
+    order = sorted(zip(sizes, [40e-6, 1000e-6, 500e-6]))
+    assert [b for b, _ in order] == [sizes[2], sizes[0], sizes[1]]
+    # ... at 500 us it costs more than the 40 us of the larger last-layer bucket: pooled to their mean
+    doc = json.loads(cluster.read_text())
+    points = doc["allreduce"]["points"]
+    assert [b for b, _ in points] == [1, sizes[2], sizes[0], sizes[1]]
+    assert [s for _, s in points] == pytest.approx([270e-6, 270e-6, 270e-6, 1000e-6])
+    assert c.workers == 8 and doc["time_source"] == "device kernel"
+    # the default cluster path is next to --out
+    r = run("profile", "--from-trace", str(trace), "--model", "alexnet", "--batch-size", "32", "--out", str(tmp_path / "q.json"))
+    assert r.returncode == 0, r.stderr
+    assert load_cluster(tmp_path / "q-cluster.json").allreduce == c.allreduce
+
+
+@pytest.mark.parametrize(
+    "content, extra, message",
+    [
+        ('{"not": "a trace"}', (), "not a Chrome trace (expected an object with a 'traceEvents' list)"),
+        ("[1, 2", (), "malformed JSON at line 1"),
+        ('{"traceEvents": []}', (), "no ProfilerStep#N annotation"),
+        ('{"traceEvents": []}', ("--measure",), "--from-trace and --measure are exclusive"),
+        ("GPU", (), "AccumulateGrad events per step but model 'resnet18' has 62 gradient tensors"),
+    ],
+)
+def test_errors_are_one_line(tmp_path, content, extra, message):
+    trace = tmp_path / "t.json"
+    if content == "GPU":  # alexnet's gradients offered as resnet18's
+        from commsched.profile.from_trace import zoo_params
+
+        content = json.dumps(nccl_trace([p.shape for p in zoo_params("alexnet")], [(16, [5.0, 5.0])]))
+    trace.write_text(content)
+    r = run("profile", "--from-trace", str(trace), "--model", "resnet18", "--batch-size", "4", *extra, "--out", str(tmp_path / "p.json"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_option_errors(tmp_path):
+    r = run("profile", "--from-trace", "t.json", "--model", "resnet18", "--out", str(tmp_path / "p.json"))
+    assert r.returncode == 2 and "--from-trace needs --batch-size" in r.stderr
+    r = run("profile", "--from-trace", "t.json", "--batch-size", "4", "--out", str(tmp_path / "p.json"))
+    assert r.returncode == 2 and "--from-trace needs --model" in r.stderr
+    r = run("profile", "--model", "resnet18", "--cluster-out", "c.json", "--out", str(tmp_path / "p.json"))
+    assert r.returncode == 2 and "--cluster-out goes with --from-trace" in r.stderr
