@@ -45,6 +45,10 @@ CLUSTER_DOCS = [
                    "threshold_bytes": 1048576}},
     {"schema": "commsched.cluster/v1", "name": "table", "workers": 4,
      "allreduce": {"model": "table", "points": [[4, 1e-4], [65536, 3e-4], [1048576, 2e-3], [67108864, 0.06]]}},
+    {"schema": "commsched.cluster/v1", "name": "hier", "workers": 8,
+     "allreduce": {"model": "hierarchical", "algorithm": "hierarchical", "nodes": 2, "gpus_per_node": 4, "base_s": 8.4e-6,
+                   "intra": {"alpha_s": 3.4e-6, "beta_s_per_byte": 4e-12, "gamma_s_per_byte": 0.0},
+                   "inter": {"alpha_s": 1.4e-5, "beta_s_per_byte": 4e-11, "nics_per_node": 2}}},
 ]
 PLAN_DOCS = list(json.loads((DATA / "golden-tiny-plan.json").read_text())["strategies"].values())
 
@@ -355,7 +359,8 @@ def stub_zoo(monkeypatch):
     import commsched.profile.measure as measure
     import commsched.profile.zoo_profile as zoo_profile
 
-    def check(batch_size, image_size, efficiency=None, iters=None, warmup=None):
+    def check(batch_size, image_size, efficiency=None, iters=None, warmup=None, dtype=None):
+        assert dtype in (None, "fp32", "fp16", "bf16"), dtype
         assert isinstance(batch_size, int) and 1 <= batch_size <= MAX_BATCH_SIZE, batch_size
         assert image_size is None or (isinstance(image_size, int) and 1 <= image_size <= MAX_IMAGE_SIZE), image_size
         assert efficiency is None or 0 < efficiency <= 1, efficiency
@@ -363,13 +368,16 @@ def stub_zoo(monkeypatch):
         assert warmup is None or 0 <= warmup <= MAX_STEPS, warmup
         raise CommschedError("stub reached")
 
-    monkeypatch.setattr(zoo_profile, "zoo_profile", lambda name, b, d, image_size=None, efficiency=None: check(b, image_size, efficiency))
+    monkeypatch.setattr(
+        zoo_profile, "zoo_profile",
+        lambda name, b, d, image_size=None, efficiency=None, dtype=None: check(b, image_size, efficiency, dtype=dtype),
+    )
     monkeypatch.setattr(
         measure, "measure_zoo_profile", lambda name, b, image_size=None, *, warmup, iters, sequential, progress: check(b, image_size, None, iters, warmup)
     )
 
 
-PROFILE_OPTIONS = ["--batch-size", "--image-size", "--efficiency", "--iters", "--warmup"]
+PROFILE_OPTIONS = ["--batch-size", "--image-size", "--efficiency", "--iters", "--warmup", "--dtype"]
 
 
 @fuzz(300)

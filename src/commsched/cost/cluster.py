@@ -33,11 +33,12 @@ class ClusterSpec:
         _check_workers(self.workers)
 
     def with_workers(self, workers: int) -> ClusterSpec:
-        """The same network with another worker count; only algorithm models (Table II) can rescale."""
+        """The same network with another worker count; only algorithm models (Table II, and hierarchical
+        clusters, by whole nodes) can rescale."""
         _check_workers(workers)
         if workers == self.workers:
             return self
-        if not isinstance(self.allreduce, AlgorithmCost):
+        if not _rescalable(self.allreduce):
             raise CommschedError(
                 f"cluster {self.name!r} has a {self.allreduce.to_json()['model']!r} cost model measured at "
                 f"{self.workers} workers and cannot be rescaled to {workers}; give link parameters with an "
@@ -45,8 +46,13 @@ class ClusterSpec:
             )
         return replace(self, workers=workers, allreduce=self.allreduce.with_workers(workers))
 
+    @property
+    def gpus_per_node(self) -> int | None:
+        """GPUs per node of a hierarchical cluster, else None (a flat cluster has no nodes)."""
+        return getattr(self.allreduce, "gpus_per_node", None)
+
     def with_algorithm(self, algorithm: str) -> ClusterSpec:
-        if not isinstance(self.allreduce, AlgorithmCost):
+        if not _rescalable(self.allreduce):
             raise CommschedError(
                 f"cluster {self.name!r} has no link parameters, so its all-reduce algorithm cannot be "
                 f"changed to {algorithm!r}"
@@ -62,6 +68,13 @@ class ClusterSpec:
         if self.resources is not None:
             doc["resources"] = self.resources.to_json()
         return doc
+
+
+def _rescalable(cost: CostModel) -> bool:
+    """Link-parameter models: Table II algorithms and hierarchical clusters."""
+    from commsched.cost.hierarchical import HierarchicalCost
+
+    return isinstance(cost, (AlgorithmCost, HierarchicalCost))
 
 
 def _check_workers(workers: object) -> int:
@@ -188,6 +201,73 @@ def _rs_2xv100s_pcie() -> ClusterSpec:
         ),
     )
 
+# --- hierarchical presets (commsched.cost.hierarchical) -------------------------------------------
+# Latencies: NCCL's own tuning model, src/graph/tuning.cc (NVIDIA/nccl at 5067397c, 2026-06-11), Simple
+# protocol (the one NCCL uses for bucket-sized messages): baseLat Ring/Simple = Tree/Simple = 8.4 us per
+# collective; hwLat NVLink Ring/Simple 3.4 us per step (Tree/Simple 4.0 us, not used: one alpha per
+# link), NET Ring/Simple = Tree/Simple 14 us per step. Reduction cost gamma = 0: NCCL reduces inside its
+# copy kernels, and the effective bandwidths below already include it where they are measured.
+NCCL_BASE_S = 8.4e-6
+NCCL_NVLINK_STEP_S = 3.4e-6
+NCCL_NET_STEP_S = 14e-6
+
+
+def _hierarchical(
+    name: str, device: str, gpu_bytes_per_s: float, nic_bytes_per_s: float, nics: int, source: str, nodes: int = 2
+) -> ClusterSpec:
+    from commsched.cost.hierarchical import HierarchicalCost
+
+    cost = HierarchicalCost(
+        nodes=nodes,
+        gpus_per_node=8,
+        intra=LinkParams(alpha_s=NCCL_NVLINK_STEP_S, beta_s_per_byte=1 / gpu_bytes_per_s),
+        inter=LinkParams(alpha_s=NCCL_NET_STEP_S, beta_s_per_byte=1 / nic_bytes_per_s),
+        nics_per_node=nics,
+        algorithm="hierarchical",
+        base_s=NCCL_BASE_S,
+    )
+    latency = (
+        "latencies from NCCL src/graph/tuning.cc (Simple protocol): 8.4 us per collective (baseLat), "
+        "3.4 us per NVLink step, 14 us per network step (hwLat Ring)"
+    )
+    return ClusterSpec(name=name, workers=cost.workers, device=device, allreduce=cost, source=f"{source}; {latency}")
+
+
+HIERARCHICAL_PRESETS: dict[str, ClusterSpec] = {
+    # DGX-1 (V100): each V100 has six NVLink 2.0 links of 25 GB/s per direction (NVIDIA DGX-1 with
+    # Tesla V100 system architecture whitepaper; V100 datasheet: 300 GB/s NVLink, both directions), so
+    # 150 GB/s per GPU per direction: the peak, no effective figure found. One 100 Gbit/s EDR
+    # InfiniBand NIC per node (12.5 GB/s data rate; DGX-1 itself has four EDR ports, a node with one
+    # 100 Gbit/s link is what the issue's "8x V100 NVLink + 100 Gbit/s" machine has).
+    "v100x8-nvlink-100gbib": _hierarchical(
+        "v100x8-nvlink-100gbib", "V100-SXM2", 150e9, 100 * GBIT, 1,
+        "8x V100-SXM2 per node, NVLink 2.0: 6 links x 25 GB/s per direction = 150 GB/s per GPU (DGX-1 V100 "
+        "whitepaper; peak, not measured); 1x 100 Gbit/s EDR InfiniBand per node = 12.5 GB/s (nominal data rate)",
+    ),
+    # DGX A100: NVLink 3 through NVSwitch, 600 GB/s per GPU both directions (DGX A100 datasheet), i.e.
+    # 300 GB/s per direction peak; nccl-tests all_reduce_perf on 8x A100 SXM4 reaches a bus bandwidth of
+    # 230-250 GB/s (docs.alayanew.com, "NCCL-tests in practice", 2026-05-06): 230 GB/s used (effective).
+    # 8x single-port ConnectX-6 200 Gbit/s HDR InfiniBand per node (DGX A100 datasheet): 25 GB/s each.
+    "a100x8-nvswitch-8x200gbib": _hierarchical(
+        "a100x8-nvswitch-8x200gbib", "A100", 230e9, 200 * GBIT, 8,
+        "8x A100 per node (DGX A100), NVLink 3 + NVSwitch: 600 GB/s per GPU bidirectional (DGX A100 datasheet); "
+        "230 GB/s used, the effective all-reduce bus bandwidth of nccl-tests on 8x A100 SXM4 (230-250 GB/s, "
+        "docs.alayanew.com NCCL-tests reference table); 8x 200 Gbit/s HDR InfiniBand per node = 8 x 25 GB/s "
+        "(DGX A100 datasheet; nominal data rate)",
+    ),
+    # DGX H100: NVLink 4 through NVSwitch, 900 GB/s per GPU both directions (DGX H100 / H100 SXM5
+    # datasheet): 450 GB/s per direction. The 460-480 GB/s nccl-tests bus bandwidth on 8x H100 (same
+    # reference) is NVLS (reduction inside the NVSwitch), which a ring cannot reach, so the 450 GB/s peak
+    # is used. 8x single-port ConnectX-7 400 Gbit/s NDR per node (DGX H100 datasheet): 50 GB/s each.
+    "h100x8-nvswitch-8x400gbib": _hierarchical(
+        "h100x8-nvswitch-8x400gbib", "H100", 450e9, 400 * GBIT, 8,
+        "8x H100 SXM5 per node (DGX H100), NVLink 4 + NVSwitch: 900 GB/s per GPU bidirectional (DGX H100 "
+        "datasheet), 450 GB/s per direction used (peak; the 460-480 GB/s nccl-tests figures need NVLS, not "
+        "modelled); 8x 400 Gbit/s NDR InfiniBand per node = 8 x 50 GB/s (DGX H100 datasheet; nominal data rate)",
+    ),
+}
+
+
 PRESETS: dict[str, ClusterSpec] = {
     "k80-10gbe": _mgwfbp("k80-10gbe", 9.72e-4, 1.97e-9, "Fig. 4a, cluster 1", "16 Tesla K80 (GK210) on 8 nodes, 10GbE", "K80"),
     "v100-10gbe": _mgwfbp("v100-10gbe", 9.08e-4, 7.4e-10, "Fig. 4b, cluster 2", "16 Tesla V100 PCIe on 4 nodes, 10GbE", "V100"),
@@ -236,6 +316,7 @@ PRESETS: dict[str, ClusterSpec] = {
         ),
     ),
     "rs-2xv100s-pcie": _rs_2xv100s_pcie(),
+    **HIERARCHICAL_PRESETS,
 }
 DEFAULT_CLUSTER = "v100-10gbe"
 

@@ -197,12 +197,15 @@ class AlgorithmCost:
 
 
 def as_alpha_beta(cost: CostModel) -> AlphaBeta | None:
-    """The (a, b) of a cost model that is linear in bytes, else None."""
+    """The (a, b) of a cost model that is linear in bytes, else None.
+
+    A model that is affine in bytes says so with an ``alpha_beta`` property holding its
+    :class:`AlphaBeta` (:class:`AlgorithmCost`, and every algorithm of
+    :class:`~commsched.cost.hierarchical.HierarchicalCost`)."""
     if isinstance(cost, AlphaBeta):
         return cost
-    if isinstance(cost, AlgorithmCost):
-        return cost.alpha_beta
-    return None
+    linear = getattr(cost, "alpha_beta", None)
+    return linear if isinstance(linear, AlphaBeta) else None
 
 
 def osf_ring_cost(
@@ -391,5 +394,9 @@ def cost_model_from_json(obj: object, workers: int) -> CostModel:
             if s == 0:
                 raise CommschedError(f"table point at {shown(b)} bytes has a time of 0 s; a measured all-reduce takes time")
         return Table(tuple(p[0] for p in pts), tuple(float(p[1]) for p in pts))
-    known = ", ".join(("alpha_beta", *ALGORITHMS, "piecewise", "table"))
+    if kind == "hierarchical":
+        from commsched.cost.hierarchical import hierarchical_from_json
+
+        return hierarchical_from_json(obj, workers)
+    known = ", ".join(("alpha_beta", *ALGORITHMS, "piecewise", "table", "hierarchical"))
     raise CommschedError(f"unknown allreduce model {shown(kind)}; choose from {known}")

@@ -150,18 +150,20 @@ def _gantt_png(timelines: dict[str, Timeline], path: str | Path, title: str) -> 
     return p
 
 
-def scaling_png(rows: Sequence[dict], path: str | Path, title: str = "") -> Path:
+def scaling_png(rows: Sequence[dict], path: str | Path, title: str = "", markers: Sequence = ()) -> Path:
     """Scaling factor and speedup against worker count, one line per (model, strategy, algorithm).
 
     ``rows`` are the rows of :func:`commsched.scale.sweep` (keys: model, strategy, algorithm,
-    workers, scaling_factor, speedup).
+    workers, scaling_factor, speedup). ``markers`` (:func:`commsched.scale.find_markers`): a ring on
+    a curve where it bends, a labelled dotted line where synceasgd overtakes wfbp and where optimal
+    collapses to one bucket.
     """
     check_scaling_rows(rows)
     with _drawing(path):
-        return _scaling_png(rows, path, title)
+        return _scaling_png(rows, path, title, markers)
 
 
-def _scaling_png(rows: Sequence[dict], path: str | Path, title: str) -> Path:
+def _scaling_png(rows: Sequence[dict], path: str | Path, title: str, markers: Sequence = ()) -> Path:
     plt = _pyplot()
     from matplotlib.ticker import ScalarFormatter
 
@@ -181,7 +183,12 @@ def _scaling_png(rows: Sequence[dict], path: str | Path, title: str) -> Path:
             label = _text(strategy if len(algos) == 1 else f"{strategy} ({algo})")
             style = "-" if strategy == "optimal" else "--" if strategy in ("wfbp", "synceasgd") else "-."
             width = 2.6 if strategy == "optimal" else 1.2
-            ax_sf.plot(ws, [r["scaling_factor"] for r in pts], style, lw=width, marker="o", ms=3, label=label)
+            (line,) = ax_sf.plot(ws, [r["scaling_factor"] for r in pts], style, lw=width, marker="o", ms=3, label=label)
+            # commsched.scale.markers: a ring where the curve bends
+            for mk in markers:
+                if (mk.model, mk.strategy, mk.algorithm, mk.kind) == (m, strategy, algo, "bend"):
+                    at = next(r for r in pts if r["workers"] == mk.workers)
+                    ax_sf.plot([mk.workers], [at["scaling_factor"]], "o", ms=9, mfc="none", color=line.get_color())
             ax_sp.plot(ws, [r["speedup"] for r in pts], style, lw=width, marker="o", ms=3, label=label)
         ws_all = sorted({r["workers"] for r in rows if r["model"] == model})
         ax_sp.plot(ws_all, ws_all, ":", color="gray", label="linear")
@@ -196,6 +203,12 @@ def _scaling_png(rows: Sequence[dict], path: str | Path, title: str) -> Path:
         ax_sp.set_yscale("log", base=2)
         ax_sp.yaxis.set_major_formatter(ScalarFormatter())
         ax_sf.set_ylim(0, 1.05)
+        for mk in markers:  # synceasgd overtaking wfbp, optimal's one bucket: a labelled vertical line
+            if mk.model == model and mk.kind != "bend":
+                text = "synceasgd < wfbp" if mk.kind == "synceasgd_overtakes_wfbp" else "optimal: 1 bucket"
+                text += "" if len(algos) == 1 else f" ({mk.algorithm})"
+                ax_sf.axvline(mk.workers, color="gray", ls=":", lw=0.8)
+                ax_sf.text(mk.workers, 0.02, _text(text), rotation=90, fontsize=6, va="bottom", ha="right")
         ax_sf.legend(fontsize=7, ncol=2)
     if title:
         fig.suptitle(_text(title), fontsize=11)

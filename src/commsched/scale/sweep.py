@@ -57,7 +57,11 @@ def sweep(
     algorithms: Sequence[str] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> list[dict]:
-    """One row per (model, algorithm, strategy, workers). ``algorithms`` None keeps the cluster's model."""
+    """One row per (model, algorithm, strategy, workers). ``algorithms`` None keeps the cluster's model.
+
+    On a hierarchical cluster (``cluster.gpus_per_node`` set) worker counts are whole nodes and each
+    row also has ``nodes``. :func:`commsched.scale.markers.mark_rows` adds the bend/overtake/collapse
+    columns."""
     rows: list[dict] = []
     algos: Iterable[str | None] = algorithms or [None]
     for model, profile in profiles.items():
@@ -65,7 +69,9 @@ def sweep(
         t1 = profile.compute_s + profile.optimizer_s
         for algo in algos:
             base = cluster if algo is None else cluster.with_algorithm(algo)
-            algo_name = base.allreduce.to_json()["model"]
+            # a hierarchical cluster's model is "hierarchical" whatever its algorithm: name the algorithm
+            algo_name = getattr(base.allreduce, "algorithm", None) or base.allreduce.to_json()["model"]
+            per_node = base.gpus_per_node
             for n in workers:
                 cost = base.with_workers(n).allreduce
                 for planner in planners:
@@ -78,6 +84,7 @@ def sweep(
                             "algorithm": algo_name,
                             "strategy": planner.name,
                             "workers": n,
+                            **({"nodes": n // per_node} if per_node else {}),
                             "iteration_s": t_n,
                             "compute_s": profile.compute_s,
                             "non_overlapped_comm_s": t_n - profile.optimizer_s - profile.compute_s,
