@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test bench tuner clean
+.PHONY: run test bench tuner clean browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,8 +15,16 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/commsched plan --out out
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/python -m pytest
+
+# Debian's headless Chromium for the report's browser test (tests/integration/test_report_browser.py),
+# installed only where missing and only as root; without it that test skips and says why.
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null; } || \
+	echo "note: chromium and chromium-driver are not installed; the browser test of the HTML report will be skipped"
 
 # Speed benchmarks (results go in BENCHMARKS.md).
 bench: $(STAMP)

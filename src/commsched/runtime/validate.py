@@ -956,6 +956,14 @@ def _write(report: dict, records: list, profile: ModelProfile, plan: Plan, clust
     write_json(out / "semantics.json", semantics.to_json())
     write_json(out / "validate.json", report)
     validation_png(report, out / "validate.png")
+    from commsched.report.html import validate_section, write_report
+
+    try:
+        write_report(out / "validate-report.html", [validate_section(report, str(out / "validate.json"))])
+    except CommschedError as e:  # the measurements are written; a page is not worth the run
+        import sys
+
+        print(f"note: validate-report.html not written: {e}", file=sys.stderr)
 
 
 def print_report(report: dict) -> None:
