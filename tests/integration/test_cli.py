@@ -110,6 +110,19 @@ def test_plan_dtype_halves_gradient_bytes_of_zoo_profiles(tmp_path):
     assert r.returncode == 2 and "--dtype sets the gradient bytes of estimated profiles" in r.stderr
 
 
+def test_layers_ranks_vgg16s_classifier_first_and_compares_the_replacement():
+    import json
+
+    r = run("layers", "--model", "vgg16", "--replaced-by", "vgg16_nin", "--sweep", "8,32", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["layers"][0]["layer"] == "classifier.0" and doc["cluster"] == "osf-2080ti-25gbe"
+    sf = doc["scaling_factors"]
+    assert all(sf["vgg16_nin"][n] > sf["vgg16"][n] for n in ("8", "32"))
+    r = run("layers", "--model", "vgg16", "--cluster", "rs-2xv100s-pcie")
+    assert r.returncode == 2 and "per-bucket resources" in r.stderr
+
+
 def test_scale_writes_csv_and_png(tmp_path):
     r = run(
         "scale", "--profile", PROFILE, "--cluster", "k80-10gbe", "--workers", "4,8,...,64",

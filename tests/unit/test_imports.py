@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "commsched"
-PURE = ["cost", "sim", "planners", "scale", "report", "types.py", "errors.py", "io.py", "compare.py", "devices.py",
+PURE = ["cost", "sim", "planners", "scale", "report", "types.py", "errors.py", "io.py", "compare.py", "whatif.py", "devices.py",
         "profile/estimate.py", "profile/__init__.py", "models/__init__.py", "models/inventory_types.py", "models/names.py", "nccl_tuner"]
 
 
@@ -32,8 +32,8 @@ def test_importing_the_pure_stages_loads_no_torch():
     code = (
         "import sys\n"
         "import commsched.cost, commsched.sim, commsched.sim.analytic, commsched.planners, commsched.scale\n"
-        "import commsched.compare, commsched.io, commsched.report.trace, commsched.report.plots\n"
-        "import commsched.profile.estimate, commsched.models, commsched.cli.main, commsched.nccl_tuner\n"
+        "import commsched.compare, commsched.io, commsched.report.trace, commsched.report.plots, commsched.report.html\n"
+        "import commsched.profile.estimate, commsched.models, commsched.cli.main, commsched.nccl_tuner, commsched.whatif\n"
         "bad = sorted(m for m in sys.modules if m == 'torch' or m.startswith(('torch.', 'torchvision')))\n"
         "assert not bad, bad[:5]\n"
     )

@@ -20,6 +20,7 @@ EXPECTED_TENSORS = {
     "resnet101": 314,
     "resnet152": 467,
     "vgg16": 32,
+    "vgg16_nin": 30,  # VGG-16's 26 convolution tensors + two 1x1 convolutions
     "vgg19": 38,
     "alexnet": 16,
     "googlenet": 187,
@@ -290,3 +291,13 @@ def test_meta_device_inventory_equals_the_cpu_one(name):
     assert meta == cpu
     assert [t.name for t in meta.tensors] == [t.name for t in cpu.tensors]
     assert meta.forward_flops > 0
+
+
+def test_vgg16_nin_is_osf_table_3s_layer_replacement():
+    """OSF Table 3: the fully connected layers (392, 64, 15.6 MB) give way to 1x1 convolutions of
+    1 MB and 1.95 MB and a global average pooling without parameters; the features stay VGG-16's."""
+    vgg, nin = build_model("vgg16"), build_model("vgg16_nin")
+    sizes = {n: p.numel() * p.element_size() for n, p in nin.named_parameters()}
+    assert sizes["head.0.weight"] == 512 * 512 * 4 and sizes["head.2.weight"] == 512 * 1000 * 4
+    assert [s.shape for s in vgg.features.parameters()] == [s.shape for s in nin.features.parameters()]
+    assert nin(example_input("vgg16_nin", 2)[0]).shape == (2, 1000)

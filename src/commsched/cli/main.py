@@ -20,6 +20,11 @@ DEFAULT_MODEL = "resnet50"
 DEFAULT_BATCH = 32
 DEFAULT_DEVICE = "V100"
 
+_DTYPE_OPTION = click.option(
+    "--dtype", type=click.Choice(["fp32", "fp16", "bf16"]), default=None,
+    help="Gradient element type of estimated profiles: bytes = elements x 4 or 2 (default: the model's, fp32).",
+)
+
 
 def _err_console():
     from rich.console import Console
@@ -68,7 +73,7 @@ def _check_model_inputs(batch_size: int | None, image_size: int | None, efficien
 # --- inputs ------------------------------------------------------------------------------------
 
 
-def _zoo_profile(model: str, batch_size: int, device: str, image_size: int | None, efficiency: float | None):
+def _zoo_profile(model: str, batch_size: int, device: str, image_size: int | None, efficiency: float | None, dtype: str | None = None):
     from commsched.devices import device as lookup_device
 
     lookup_device(device)  # fail on a bad name before building a model
@@ -79,21 +84,24 @@ def _zoo_profile(model: str, batch_size: int, device: str, image_size: int | Non
     with _err_console().status(f"profiling {model} on the CPU (FLOPs and gradient ready order)"):
         from commsched.profile.zoo_profile import zoo_profile
 
-        return zoo_profile(model, batch_size, device, image_size=image_size, efficiency=efficiency)
+        return zoo_profile(model, batch_size, device, image_size=image_size, efficiency=efficiency, dtype=dtype)
 
 
 def _profiles(
-    profile_paths: Sequence[str], models: Sequence[str], batch_size: int, device: str, image_size, efficiency
+    profile_paths: Sequence[str], models: Sequence[str], batch_size: int, device: str, image_size, efficiency,
+    dtype: str | None = None,
 ) -> dict:
     from commsched.io import load_profile
 
     _check_model_inputs(batch_size, image_size, efficiency)
+    if dtype is not None and not models:
+        raise CommschedError(f"--dtype {dtype} sets the gradient bytes of estimated zoo profiles; a profile file carries its own bytes")
     out = {}
     for path in profile_paths:
         p = load_profile(path)
         out[p.model if p.model not in out else f"{p.model} ({path})"] = p
     for m in models:
-        out[m if m not in out else f"{m} (zoo)"] = _zoo_profile(m, batch_size, device, image_size, efficiency)
+        out[m if m not in out else f"{m} (zoo)"] = _zoo_profile(m, batch_size, device, image_size, efficiency, dtype)
     return out
 
 
@@ -163,8 +171,9 @@ def cli() -> None:
 @click.option("--sequential", is_flag=True, help="With --measure: synchronise the device after every gradient (MG-WFBP 5.1).")
 @click.option("--from-trace", "trace_path", default=None, help="Measured profile from a torch.profiler Chrome trace of your job (needs --model and --batch-size).")
 @click.option("--cluster-out", default=None, help="With --from-trace: cluster JSON of the trace's all-reduces (default: <out>-cluster.json).")
+@_DTYPE_OPTION
 @click.option("--out", "out_path", required=True, help="Profile JSON to write.")
-def profile(model, batch_size, device, image_size, efficiency, measure, iters, warmup, sequential, trace_path, cluster_out, out_path) -> None:
+def profile(model, batch_size, device, image_size, efficiency, measure, iters, warmup, sequential, trace_path, cluster_out, out_path, dtype=None) -> None:
     """Profile a zoo model: gradient tensors in ready order, bytes, backward times (estimated or measured)."""
     from commsched.io import profile_to_json, write_json
     from commsched.types import MAX_STEPS
@@ -172,6 +181,8 @@ def profile(model, batch_size, device, image_size, efficiency, measure, iters, w
     _check_model_inputs(batch_size, image_size, efficiency)
     if cluster_out is not None and trace_path is None:
         raise CommschedError("--cluster-out goes with --from-trace (the cluster is the trace's all-reduces)")
+    if dtype is not None and (measure or trace_path is not None):
+        raise CommschedError("--dtype sets the gradient bytes of estimated profiles; a measured one has the model's own")
     if trace_path is not None:
         if measure:
             raise CommschedError("--from-trace and --measure are exclusive: the trace is the measurement")
@@ -188,7 +199,7 @@ def profile(model, batch_size, device, image_size, efficiency, measure, iters, w
 
         p = measure_zoo_profile(model, batch_size, image_size, warmup=warmup, iters=iters, sequential=sequential, progress=True)
     else:
-        p = _profiles([], [model], batch_size, device, image_size, efficiency)[model]
+        p = _profiles([], [model], batch_size, device, image_size, efficiency, dtype)[model]
     write_json(out_path, profile_to_json(p))
     click.echo(
         f"{p.model}: {len(p.tensors)} gradient tensors, {p.total_bytes / 2**20:.1f} MiB, "
@@ -203,7 +214,7 @@ def _profile_from_trace(trace_path, model, batch_size, device, image_size, clust
     from click.core import ParameterSource
 
     from commsched.io import profile_to_json, write_json
-    from commsched.models.zoo import ZOO_MODELS
+    from commsched.models.names import ZOO_MODELS  # torch-free: a bad trace fails before torch loads
     from commsched.profile.from_trace import cluster_doc, load_trace, parse_trace, profile_from_trace, zoo_params
 
     ctx = click.get_current_context()
@@ -248,6 +259,7 @@ def _strategy_options(f):
             click.option("--device", default=None, help=f"GPU for estimated profiles (default: the cluster's, else {DEFAULT_DEVICE})."),
             click.option("--image-size", type=int, default=None),
             click.option("--efficiency", type=float, default=None),
+            _DTYPE_OPTION,
             click.option("--cluster", "cluster_spec", default="v100-10gbe", show_default=True, help="Preset name or cluster JSON."),
             click.option("--strategy", "strategies", multiple=True, help="Strategy (repeat or comma-separate; default all)."),
             click.option("--bucket-mb", type=float, default=None, help="Bucket cap of the ddp strategy, MiB (default 25)."),
@@ -270,7 +282,7 @@ def _strategy_options(f):
 @click.option("--json", "as_json", is_flag=True, help="Print {strategies, best} as one JSON document on stdout.")
 @click.option("--out", "out_dir", default=None, help="Directory for plan.json, ddp_options.json, trace.json, gantt.png (default out/).")
 def plan(
-    profile_paths, models, batch_size, device, image_size, efficiency, cluster_spec, strategies, bucket_mb,
+    profile_paths, models, batch_size, device, image_size, efficiency, dtype, cluster_spec, strategies, bucket_mb,
     horovod_threshold_mb, horovod_cycle_ms, workers, algorithm, runtime_spec, as_json, out_dir,
 ) -> None:
     """Plan one model with every strategy; compare predicted iteration times; write the best plan."""
@@ -282,7 +294,7 @@ def plan(
     cluster = _cluster(cluster_spec, workers, algorithm)
     planners = _planners(strategies, bucket_mb, horovod_threshold_mb, horovod_cycle_ms, cluster.resources is not None)
     device = device or cluster.device or DEFAULT_DEVICE
-    profiles = _profiles(profile_paths, models or ([] if profile_paths else [DEFAULT_MODEL]), batch_size, device, image_size, efficiency)
+    profiles = _profiles(profile_paths, models or ([] if profile_paths else [DEFAULT_MODEL]), batch_size, device, image_size, efficiency, dtype)
     (prof,) = profiles.values()
     from commsched.io import dumps
 
@@ -302,7 +314,7 @@ def plan(
     else:
         _print_comparison(cmp)
     if out is not None:
-        click.echo(f"best: {best}; wrote {out}/plan.json, {out}/ddp_options.json, {out}/trace.json, {out}/gantt.png", err=True)
+        click.echo(f"best: {best}; wrote {out}/plan.json, {out}/ddp_options.json, {out}/trace.json, {out}/gantt.png, {out}/report.html", err=True)
 
 
 def _print_comparison(cmp) -> None:
@@ -315,7 +327,9 @@ def _print_comparison(cmp) -> None:
         # names from files are text, not rich markup: a cluster called "[/x]" must not fail the table
         title=escape(
             f"{p.model} (batch {p.batch_size}, {p.device}, {p.source}) on {c.name}: {c.workers} workers, "
-            f"all-reduce {c.allreduce.to_json()['model']}, runtime {_describe_semantics(cmp.semantics)}"
+            f"all-reduce {getattr(c.allreduce, 'algorithm', None) or c.allreduce.to_json()['model']}"
+            + (f" ({c.workers // c.gpus_per_node} nodes x {c.gpus_per_node} GPUs)" if c.gpus_per_node else "")
+            + f", runtime {_describe_semantics(cmp.semantics)}"
             + (
                 f", resources per all-reduce ({c.resources.contention.kind} contention model, default {c.resources.default.short})"
                 if c.resources is not None
@@ -392,6 +406,10 @@ def _write_plan_outputs(cmp, out: Path) -> None:
     if "ddp" in cmp.results and best != "ddp":
         shown["ddp"] = cmp.results["ddp"].timeline
     check_timelines(shown)  # what the plot needs, before any file is written
+    from commsched.report.html import plan_section, render_html
+
+    section = plan_section(cmp)
+    page = render_html([section])  # rendered (and checked for non-finite numbers) before any write
     write_json(out / "plan.json", plan_to_json(cmp.results[best].plan))
     write_json(out / "ddp_options.json", ddp_options_doc(cmp.results[best].plan))  # commsched.ddp_options/v1
     if any(b.resources is not None for b in cmp.results[best].plan.buckets):
@@ -403,25 +421,31 @@ def _write_plan_outputs(cmp, out: Path) -> None:
     write_json(out / "trace.json", chrome_trace(ordered))
     p = cmp.profile
     gantt_png(shown, out / "gantt.png", title=f"{p.model} on {cmp.cluster.name} ({cmp.cluster.workers} workers)")
+    write_json(out / "report-data.json", section.data)  # what `commsched report --from` renders again
+    (out / "report.html").write_text(page, encoding="utf-8")
 
 
 @cli.command()
 @_strategy_options
-@click.option("--workers", "workers_spec", default="4,8,...,2048", show_default=True, help="Worker counts, e.g. 4,8,...,2048.")
+@click.option(
+    "--workers", "workers_spec", default=None,
+    help="Worker counts (GPUs), e.g. 4,8,...,2048 [default: 4,8,...,2048; on a hierarchical cluster 1,2,...,2048 nodes].",
+)
+@click.option("--nodes", "nodes_spec", default=None, help="Node counts of a hierarchical cluster, e.g. 1,2,...,2048 (workers = nodes x GPUs per node).")
 @click.option("--algorithm", "algorithms", multiple=True, help="All-reduce algorithm(s) (default: the cluster's).")
 @click.option("--out", "out_dir", default="out", show_default=True, help="Directory for scale.csv and scale.png.")
 def scale(
-    profile_paths, models, batch_size, device, image_size, efficiency, cluster_spec, strategies, bucket_mb,
-    horovod_threshold_mb, horovod_cycle_ms, workers_spec, algorithms, out_dir,
+    profile_paths, models, batch_size, device, image_size, efficiency, dtype, cluster_spec, strategies, bucket_mb,
+    horovod_threshold_mb, horovod_cycle_ms, workers_spec, nodes_spec, algorithms, out_dir,
 ) -> None:
     """Predict scaling from few to thousands of workers, per strategy and all-reduce algorithm."""
     from commsched.report.plots import check_scaling_rows, scaling_png
     from commsched.report.progress import progress
-    from commsched.scale import expand_workers, sweep
+    from commsched.scale import expand_workers, mark_rows, sweep
 
-    workers = expand_workers(workers_spec)
     algos = _split(algorithms)
     cluster = _cluster(cluster_spec, None, None)
+    workers = _scale_workers(cluster, workers_spec, nodes_spec)
     for a in algos or [None]:  # fail before any work on an unknown algorithm or a fitted-only cluster
         c = cluster.with_algorithm(a) if a else cluster
         for n in workers:
@@ -435,7 +459,7 @@ def scale(
     if cluster.resources is not None:
         click.echo(f"note: scale predicts without contention; {cluster.name}'s resources and contention model are used by plan", err=True)
     device = device or cluster.device or DEFAULT_DEVICE
-    profiles = _profiles(profile_paths, _split(models) or ([] if profile_paths else [DEFAULT_MODEL]), batch_size, device, image_size, efficiency)
+    profiles = _profiles(profile_paths, _split(models) or ([] if profile_paths else [DEFAULT_MODEL]), batch_size, device, image_size, efficiency, dtype)
     from commsched.report.plots import MAX_PLOT_ROWS
 
     if len(profiles) > MAX_PLOT_ROWS:  # scale.png has a row per model; fail before the sweep
@@ -444,6 +468,10 @@ def scale(
     with progress(True, "simulating", total) as bar:
         rows = sweep(profiles, cluster, workers, planners, algos or None, progress=bar.advance)
     check_scaling_rows(rows)  # every number finite and plottable, before any file is written
+    rows, markers = mark_rows(rows)  # 0/1 columns: each curve's bend, synceasgd overtaking wfbp, optimal's one bucket
+    from commsched.report.html import render_html, scale_section
+
+    page = render_html([scale_section(rows, title=f"predicted scaling on {cluster.name}")])
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "scale.csv", "w", newline="") as fh:
@@ -451,25 +479,53 @@ def scale(
         w.writeheader()
         w.writerows(rows)
     # the plot is drawn before the table is printed, so a table on stdout means every file was written
-    scaling_png(rows, out / "scale.png", title=f"predicted scaling on {cluster.name}")
-    _print_scale_summary(rows, workers)
-    click.echo(f"wrote {out}/scale.csv ({len(rows)} rows) and {out}/scale.png", err=True)
+    scaling_png(rows, out / "scale.png", title=f"predicted scaling on {cluster.name}", markers=markers)
+    # not report.html: scale's default directory is plan's, whose page `make run` writes
+    (out / "scale-report.html").write_text(page, encoding="utf-8")
+    _print_scale_summary(rows, workers, markers)
+    click.echo(f"wrote {out}/scale.csv ({len(rows)} rows), {out}/scale.png and {out}/scale-report.html", err=True)
 
 
-def _print_scale_summary(rows: list[dict], workers: Sequence[int]) -> None:
+def _scale_workers(cluster, workers_spec: str | None, nodes_spec: str | None) -> tuple[int, ...]:
+    """Worker counts of a sweep: --workers (GPUs), or --nodes x GPUs per node on a hierarchical cluster
+    (its default: 1,2,...,2048 nodes)."""
+    from commsched.scale import expand_workers
+    from commsched.types import MAX_WORKERS
+
+    per_node = cluster.gpus_per_node
+    if nodes_spec is not None and workers_spec is not None:
+        raise CommschedError("give --workers (GPUs) or --nodes, not both")
+    if nodes_spec is not None and per_node is None:
+        raise CommschedError(f"--nodes needs a hierarchical cluster (nodes x GPUs per node); {cluster.name!r} is flat: use --workers")
+    if nodes_spec is None and workers_spec is None and per_node is not None:
+        nodes_spec = "1,2,...,2048"
+    if nodes_spec is None:
+        return expand_workers(workers_spec or "4,8,...,2048")
+    nodes = expand_workers(nodes_spec)
+    if nodes[-1] * per_node > MAX_WORKERS:
+        raise CommschedError(f"{nodes[-1]} nodes x {per_node} GPUs is {nodes[-1] * per_node:,} workers; at most 2**20 (1,048,576)")
+    return tuple(n * per_node for n in nodes)
+
+
+def _print_scale_summary(rows: list[dict], workers: Sequence[int], markers: Sequence = ()) -> None:
+    """The scaling factors, a cell marked * where its strategy's curve bends; then one line per marker."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    t = Table(title="scaling factor T1/(N T_N)", title_justify="left")
+    bends = {(m.model, m.algorithm, m.strategy, m.workers) for m in markers if m.kind == "bend"}
+    t = Table(title="scaling factor T1/(N T_N) (* where the curve bends: 10% below its best so far)", title_justify="left")
     for col in ("model", "algorithm", "strategy", *map(str, workers)):
         t.add_column(col, justify="left" if not col.isdigit() else "right")
     keyed: dict[tuple, dict[int, float]] = {}
     for r in rows:
         keyed.setdefault((r["model"], r["algorithm"], r["strategy"]), {})[r["workers"]] = r["scaling_factor"]
     for (m, a, s), by_n in keyed.items():
-        t.add_row(escape(m), escape(a), escape(s), *(f"{by_n[n]:.2f}" for n in workers))
-    Console(width=max(120, Console().width)).print(t)
+        t.add_row(escape(m), escape(a), escape(s), *(f"{by_n[n]:.2f}" + ("*" if (m, a, s, n) in bends else "") for n in workers))
+    console = Console(width=max(120, Console().width))
+    console.print(t)
+    for mk in markers:
+        console.print(escape(mk.describe()), highlight=False)
 
 
 def _bench_comm_main():
@@ -549,10 +605,97 @@ def validate(model, batch_size, image_size, strategies, rounds, steps, out_dir) 
         report = run(cfg)
         if report is not None:
             print_report(report)
-            click.echo(f"wrote {out_dir}/validate.json, validate.png, measured-trace.json, measured-gantt.png", err=True)
+            click.echo(f"wrote {out_dir}/validate.json, validate.png, validate-report.html, measured-trace.json, measured-gantt.png", err=True)
         clean = True
     finally:
         end_process_group(clean)
+
+
+@cli.command()
+@click.option("--model", default=DEFAULT_MODEL, show_default=True, help="Zoo model to rank.")
+@click.option("--profile", "profile_path", default=None, help="Profile JSON instead of a zoo model.")
+@click.option("--batch-size", default=DEFAULT_BATCH, show_default=True, type=int)
+@click.option("--device", default=None, help=f"GPU for estimated profiles (default: the cluster's, else {DEFAULT_DEVICE}).")
+@click.option("--image-size", type=int, default=None)
+@_DTYPE_OPTION
+@click.option("--cluster", "cluster_spec", default="osf-2080ti-25gbe", show_default=True, help="Preset name or cluster JSON.")
+@click.option("--workers", type=int, default=None, help="Rescale the cluster to this many workers.")
+@click.option("--strategy", default="optimal", show_default=True, help="Strategy whose plan is re-made for each layer.")
+@click.option("--top", default=10, show_default=True, type=int, help="Layers to print.")
+@click.option("--replaced-by", "alternatives", multiple=True, help="Zoo model(s) to compare scaling factors with (e.g. vgg16_nin).")
+@click.option("--sweep", "workers_spec", default="4,8,16,32", show_default=True, help="Worker counts of the comparison.")
+@click.option("--json", "as_json", is_flag=True, help="Print the ranking (and comparison) as JSON on stdout.")
+def layers(
+    model, profile_path, batch_size, device, image_size, dtype, cluster_spec, workers, strategy, top, alternatives,
+    workers_spec, as_json,
+) -> None:
+    """Rank a model's layers by the non-overlapped communication they cause (OSF Section 4.1)."""
+    from commsched.planners import planner
+    from commsched.report.progress import progress
+    from commsched.scale.sweep import expand_workers
+    from commsched.whatif import rank_layers, scaling_factors
+
+    _bounded("--top", top, 10**6, "1,000,000")
+    cluster = _cluster(cluster_spec, workers, None)
+    device = device or cluster.device or DEFAULT_DEVICE
+    chosen = planner(strategy)
+    if hasattr(chosen, "assign"):
+        raise CommschedError(f"layers compares plain plans; {strategy!r} plans per-bucket resources")
+    sweep_workers = expand_workers(workers_spec) if alternatives else ()
+    for n in sweep_workers:
+        cluster.with_workers(n)  # a fitted cluster cannot rescale: fail before any work
+    if profile_path is not None and alternatives:
+        raise CommschedError("--replaced-by compares zoo models; rank a profile file without it")
+    profiles = _profiles([profile_path] if profile_path else [], [] if profile_path else [model], batch_size, device, image_size, None, dtype)
+    (prof,) = profiles.values()
+    layer_count = len({t.name.rsplit(".", 1)[0] for t in prof.tensors})
+    with progress(True, f"re-planning {prof.model} without each layer", layer_count) as bar:
+        ranking = rank_layers(prof, cluster, chosen, progress=bar.advance)
+    compared = {}
+    if alternatives:
+        alt = _profiles([], list(alternatives), batch_size, device, image_size, None, dtype)
+        compared = scaling_factors([prof, *alt.values()], cluster, sweep_workers, chosen)
+    if as_json:
+        from commsched.io import dumps
+
+        doc = {
+            "model": ranking.model, "cluster": ranking.cluster, "workers": ranking.workers, "strategy": ranking.strategy,
+            "iteration_s": ranking.iteration_s, "compute_s": ranking.compute_s, "scaling_factor": ranking.scaling_factor,
+            "layers": [{"layer": c.layer, "tensors": list(c.tensors), "bytes": c.bytes, "saved_s": c.saved_s} for c in ranking.layers],
+            "scaling_factors": {m: {str(n): sf for n, sf in row.items()} for m, row in compared.items()},
+        }
+        click.echo(dumps(doc, "layers --json", indent=2))
+        return
+    click.echo(
+        f"{ranking.model} on {ranking.cluster} ({ranking.workers} workers), {ranking.strategy}: iteration "
+        f"{ranking.iteration_s * 1e3:.2f} ms, compute {ranking.compute_s * 1e3:.2f} ms, non-overlapped communication "
+        f"{ranking.non_overlapped_s * 1e3:.2f} ms, scaling factor {ranking.scaling_factor:.3f}"
+    )
+    click.echo(f"{'layer':40s} {'tensors':>7s} {'MB':>9s} {'saved ms':>9s} {'share':>6s}")
+    total = ranking.non_overlapped_s
+    for c in ranking.layers[:top]:
+        share = f"{c.saved_s / total:6.1%}" if total > 0 else "     -"
+        click.echo(f"{c.layer[:40]:40s} {len(c.tensors):7d} {c.bytes / 1e6:9.2f} {c.saved_s * 1e3:9.2f} {share}")
+    if compared:
+        click.echo(f"scaling factor (T_comp / T_iter) with {ranking.strategy}:")
+        click.echo(f"{'model':14s} " + " ".join(f"{n:>7d}" for n in sweep_workers))
+        for m, row in compared.items():
+            click.echo(f"{m[:14]:14s} " + " ".join(f"{row[n]:7.3f}" for n in sweep_workers))
+
+
+@cli.command()
+@click.option("--from", "from_path", default="out", show_default=True,
+              help="A directory that plan/scale/validate --out wrote, or one report-data.json, scale.csv or validate.json.")
+@click.option("--out", "out_path", default=None, help="HTML file to write (default: report.html in the --from directory).")
+def report(from_path, out_path) -> None:
+    """One self-contained HTML page (no network needed) of a plan comparison, a scale sweep or a validate run."""
+    from commsched.report.html import load_sections, write_report
+
+    src = Path(from_path)
+    sections = load_sections(src)  # every input checked before the page is written
+    out = Path(out_path) if out_path else (src if src.is_dir() else src.parent) / "report.html"
+    write_report(out, sections)
+    click.echo(f"wrote {out} ({', '.join(f'{s.kind} from {s.source}' for s in sections)})", err=True)
 
 
 @cli.command("nccl-tuner")

@@ -9,6 +9,7 @@ ZOO_MODELS: tuple[str, ...] = (
     "resnet152",
     "vgg16",
     "vgg19",
+    "vgg16_nin",  # VGG-16 with OSF's layer replacement (Table 3)
     "alexnet",
     "googlenet",
     "densenet121",

@@ -74,6 +74,30 @@ class BertBase(nn.Module):
         return self.classifier(pooled)
 
 
+class VGG16LayerReplacement(nn.Module):
+    """VGG-16 with OSF's layer replacement (Liu et al., Section 4.1, Table 3).
+
+    The convolutional features of torchvision's VGG-16 are kept; its three fully connected layers
+    (4096, 4096, 1000 wide: 392, 64 and 15.6 MB of parameters) are replaced by a 1x1 convolution
+    of 512 channels (1 MB), a ReLU, a 1x1 convolution of 1000 channels (1.95 MB) and global
+    average pooling (no parameters), in the network-in-network manner the paper cites.
+    """
+
+    def __init__(self, num_classes: int = 1000) -> None:
+        super().__init__()
+        self.features = torchvision.models.vgg16(weights=None).features
+        self.head = nn.Sequential(
+            nn.Conv2d(512, 512, kernel_size=1),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(512, num_classes, kernel_size=1),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
+
+
 def _builders() -> Mapping[str, Callable[[], nn.Module]]:
     tv = torchvision.models
     return {
@@ -83,6 +107,7 @@ def _builders() -> Mapping[str, Callable[[], nn.Module]]:
         "resnet152": lambda: tv.resnet152(weights=None),
         "vgg16": lambda: tv.vgg16(weights=None),
         "vgg19": lambda: tv.vgg19(weights=None),
+        "vgg16_nin": VGG16LayerReplacement,
         "alexnet": lambda: tv.alexnet(weights=None),
         # init_weights=True skips torchvision's warning about its (slow) default init changing;
         # aux_logits stays at the default (True) so training mode returns the auxiliary heads.

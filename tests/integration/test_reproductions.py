@@ -1,0 +1,75 @@
+"""The paper-reproduction scripts (docs/reproductions.md) run and print their paper-vs-ours tables."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_mgwfbp_fig10_prints_paper_column() -> None:
+    # GoogleNet as the paper's 59-tensor model (profile in benchmarks/data), two worker counts: fast
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "reproduce_mgwfbp_fig10.py"),
+         "--googlenet", "paper", "--no-resnet50", "--workers", "4,64", "--sensitivity", ""],
+        capture_output=True, text=True, timeout=60, cwd=ROOT, check=True,
+    ).stdout
+    assert "| workers | paper n | ours n | ratio |" in out
+    assert "59 gradient tensors" in out
+    # Section 6.4's 64-worker numbers sit in the paper column beside ours
+    row = next(line for line in out.splitlines() if "MG-WFBP over WFBP, 64 workers" in line)
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2] == "1.78x"
+    ours = float(cells[3].rstrip("x"))
+    assert abs(float(cells[4]) - ours / 1.78) < 0.01
+
+
+def test_libra_fig9_quick_prints_paper_vs_ours() -> None:
+    # VGG16 at 16 and 2048 nodes only (vgg16 has 32 tensors: LIBRA's programme takes ~0.1 s)
+    import subprocess as sp
+    import sys as _sys
+    from pathlib import Path as _Path
+
+    root = _Path(__file__).resolve().parents[2]
+    out = sp.run(
+        [_sys.executable, str(root / "benchmarks" / "reproduce_libra_fig9.py"), "--quick"],
+        capture_output=True, text=True, timeout=60, cwd=root, check=True,
+    ).stdout
+    assert "| quantity | paper | ours | ratio (ours/paper, as speedups) |" in out
+    row = next(line for line in out.splitlines() if line.startswith("| LIBRA over MG-N, vgg16, 2048 nodes"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "+21.0%"
+    ours = float(cells[2].rstrip("%")) / 100
+    assert abs(float(cells[3]) - (1 + ours) / 1.21) < 0.002
+    # every method's scaling factor is printed at both node counts, and LIBRA is in (0, 1]
+    rows = [line for line in out.splitlines() if line.startswith("| 16 |") or line.startswith("| 2048 |")]
+    assert len(rows) == 2
+    for r in rows:
+        libra = float(r.strip("|").split("|")[5])
+        assert 0 < libra <= 1
+
+
+def _run_script(name: str, *args: str) -> str:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / name), *args],
+        capture_output=True, text=True, timeout=120, cwd=ROOT, check=True,
+    ).stdout
+
+
+def test_osf_layer_replacement_sets_the_papers_numbers_beside_ours() -> None:
+    out = _run_script("reproduce_osf_layer_replacement.py")
+    rows = {line.split()[1]: line.split() for line in out.splitlines() if line.startswith("wfbp ")}
+    # the paper's 32-GPU numbers in the last column; ours improve with the replacement as the paper's do
+    assert rows["vgg16"][-1] == "0.25" and rows["vgg16_nin"][-1] == "0.72"
+    assert float(rows["vgg16_nin"][-2]) > float(rows["vgg16"][-2])
+    assert "classifier.0" in out.split("layers by non-overlapped")[1].splitlines()[1]
+    assert "both measured numbers are met by" in out
+
+
+def test_osf_fusion_prints_the_buffer_sweep_and_the_strategies() -> None:
+    out = _run_script("reproduce_osf_fusion.py", "--models", "vgg16", "--fig11-models", "vgg16")
+    sweep = [line for line in out.splitlines() if line.startswith("| vgg16 | ") and line.count("|") == 8]
+    assert len(sweep) == 5  # Figure 6's five buffers, each beside the paper's own OSF_fusion model
+    assert "(paper +32.2% to +150%)" in out and "(paper +9.0% to +19.6%)" in out
