@@ -223,3 +223,10 @@ def test_emulated_cluster_preset_is_the_eq18_fit_of_its_stored_samples():
     assert refit.threshold_bytes == c.allreduce.threshold_bytes
     for f in ("a1_s", "b1_s", "a2_s_per_byte", "b2_s"):
         assert getattr(refit, f) == pytest.approx(getattr(c.allreduce, f), rel=1e-12), f
+
+
+def test_nondecreasing_points_pools_dips_and_starts_flat_at_one_byte():
+    from commsched.cost.fit import nondecreasing_points
+
+    assert nondecreasing_points([10, 20, 30, 40], [1.0, 3.0, 2.0, 5.0]) == ((1, 10, 20, 30, 40), (1.0, 1.0, 2.5, 2.5, 5.0))
+    assert nondecreasing_points([1, 8], [4.0, 2.0]) == ((1, 8), (3.0, 3.0))

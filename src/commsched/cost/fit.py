@@ -136,3 +136,22 @@ def fit_piecewise_auto(sizes: object, times: object, candidates: object = None) 
             best, best_sse = report, sse
     assert best is not None  # chosen is non-empty and every fit returns or raises
     return best
+
+
+def nondecreasing_points(sizes: list[int] | tuple[int, ...], times_s: list[float] | tuple[float, ...]) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """Measured (size, time) points, sizes ascending, as a ``table`` cost's points: made
+    non-decreasing by pooling adjacent violators (a larger message never costs less; what is left of
+    a dip is noise), with the smallest size's time at 1 byte so that the table is flat below the
+    smallest size measured and never extrapolates to 0."""
+    blocks: list[list[float]] = []  # [sum, count]
+    for t in times_s:
+        blocks.append([t, 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            s, c = blocks.pop()
+            blocks[-1][0] += s
+            blocks[-1][1] += c
+    ys = [s / c for s, c in blocks for _ in range(int(c))]
+    xs = list(sizes)
+    if xs[0] > 1:
+        xs, ys = [1, *xs], [ys[0], *ys]
+    return tuple(xs), tuple(ys)

@@ -88,6 +88,7 @@ from typing import Any, Literal
 
 from commsched.cost.cluster import ClusterSpec
 from commsched.cost.models import Table
+from commsched.cost.fit import nondecreasing_points
 from commsched.errors import CommschedError
 from commsched.types import MAX_BYTES, MAX_SECONDS, ModelProfile, TensorSpec, shown
 
@@ -628,7 +629,7 @@ def allreduce_cluster(trace: ParsedTrace, name: str = "trace", trace_name: str =
     if len(sizes) < 2:
         return None, f"all {len(samples)} all-reduces in the trace move {sizes[0]} bytes: a table needs two sizes, no cluster"
     medians = [statistics.median(by_size[b]) for b in sizes]
-    table = Table(*_table_points(sizes, medians))
+    table = Table(*nondecreasing_points(sizes, medians))
     what = "NCCL kernel durations on the device" if source == "device kernel" else "gloo:all_reduce durations on gloo's worker threads"
     cluster = ClusterSpec(
         name=name,
@@ -642,21 +643,6 @@ def allreduce_cluster(trace: ParsedTrace, name: str = "trace", trace_name: str =
     return cluster, ""
 
 
-def _table_points(sizes: list[int], medians: list[float]) -> tuple[tuple[int, ...], tuple[float, ...]]:
-    """Non-decreasing in size by pooling adjacent violators (a larger message never costs less; a dip
-    is noise), with the smallest size's time at 1 byte so the table never extrapolates below it."""
-    blocks: list[list[float]] = []  # [sum, count]
-    for t in medians:
-        blocks.append([t, 1.0])
-        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
-            s, c = blocks.pop()
-            blocks[-1][0] += s
-            blocks[-1][1] += c
-    ys = [s / c for s, c in blocks for _ in range(int(c))]
-    xs = list(sizes)
-    if xs[0] > 1:
-        xs, ys = [1, *xs], [ys[0], *ys]
-    return tuple(xs), tuple(ys)
 
 
 def cluster_doc(result: TraceProfile) -> dict | None:

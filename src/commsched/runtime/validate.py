@@ -52,6 +52,7 @@ from torch import nn
 
 from commsched.cost.cluster import ClusterSpec
 from commsched.cost.models import Table
+from commsched.cost.fit import nondecreasing_points
 from commsched.errors import CommschedError
 from commsched.planners import DDP, STRATEGIES, SyncEASGD, make_plan, planner_for
 from commsched.runtime.bench_comm import CommSamples
@@ -184,18 +185,7 @@ def table_cost(samples: CommSamples, gain: float = 0.0, threads: int = 1) -> Tab
         t * (1.0 + gain) if threads > 1 and chain_length(size) > 1 else t
         for size, t in zip(samples.sizes_bytes, samples.time_s)
     ]
-    blocks: list[list[float]] = []  # [sum, count]
-    for t in times:
-        blocks.append([t, 1.0])
-        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
-            s, c = blocks.pop()
-            blocks[-1][0] += s
-            blocks[-1][1] += c
-    ys = [s / c for s, c in blocks for _ in range(int(c))]
-    xs = list(samples.sizes_bytes)
-    if xs[0] > 1:  # below the smallest size measured, the per-call cost of the smallest: flat, never 0
-        xs, ys = [1, *xs], [ys[0], *ys]
-    return Table(tuple(xs), tuple(ys))
+    return Table(*nondecreasing_points(samples.sizes_bytes, times))
 
 
 # --- probes: contention and concurrency -----------------------------------------------------------
