@@ -110,7 +110,7 @@ def test_plan_dtype_halves_gradient_bytes_of_zoo_profiles(tmp_path):
     assert r.returncode == 2 and "--dtype sets the gradient bytes of estimated profiles" in r.stderr
 
 
-def test_layers_ranks_vgg16s_classifier_first_and_compares_the_replacement():
+def test_layers_ranks_vgg16s_classifier_first_and_compares_the_replacement(tmp_path):
     import json
 
     r = run("layers", "--model", "vgg16", "--replaced-by", "vgg16_nin", "--sweep", "8,32", "--json")
@@ -121,6 +121,12 @@ def test_layers_ranks_vgg16s_classifier_first_and_compares_the_replacement():
     assert all(sf["vgg16_nin"][n] > sf["vgg16"][n] for n in ("8", "32"))
     r = run("layers", "--model", "vgg16", "--cluster", "rs-2xv100s-pcie")
     assert r.returncode == 2 and "per-bucket resources" in r.stderr
+    r = run("layers", "--profile", PROFILE, "--model", "vgg16")
+    assert r.returncode == 2 and "--model sets a zoo profile" in r.stderr
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(json.loads((DATA / "golden-tiny-plan.json").read_text())["strategies"]["wfbp"]))
+    r = run("nccl-tuner", str(plan), "--no-build", "--out", str(tmp_path / "nt"))
+    assert r.returncode == 0 and "NCCL_TUNER_PLUGIN" not in r.stdout and "is not built" in r.stderr
 
 
 def test_scale_writes_csv_and_png(tmp_path):

@@ -144,3 +144,6 @@ def test_option_errors(tmp_path):
     assert r.returncode == 2 and "--from-trace needs --model" in r.stderr
     r = run("profile", "--model", "resnet18", "--cluster-out", "c.json", "--out", str(tmp_path / "p.json"))
     assert r.returncode == 2 and "--cluster-out goes with --from-trace" in r.stderr
+    for extra in (["--efficiency", "0.5"], ["--iters", "3"], ["--warmup", "1"], ["--sequential"]):
+        r = run("profile", "--from-trace", "t.json", "--model", "resnet18", "--batch-size", "4", *extra, "--out", str(tmp_path / "p.json"))
+        assert r.returncode == 2 and f"{extra[0]} does not apply to --from-trace" in r.stderr, r.stderr

@@ -122,6 +122,10 @@ def test_plan_data_from_file_is_checked(tmp_path):
     bad["timelines"][0]["spans"][0]["kind"] = "nap"
     with pytest.raises(CommschedError, match="kind must be forward, backward, optimizer or allreduce, got 'nap'"):
         check_plan_data(bad, "r.json")
+    for key in ("cluster", "batch_size", "runtime"):  # what the renderer reads, or the page could not draw
+        bad = {k: v for k, v in data.items() if k != key}
+        with pytest.raises(CommschedError, match=f"r.json: {key} must be"):
+            check_plan_data(bad, "r.json")
     (tmp_path / "report-data.json").write_text(json.dumps(data).replace('"iteration_s":', '"iteration_s": NaN, "x":', 1))
     with pytest.raises(CommschedError, match="iteration_s must be a finite number, got nan"):
         load_sections(tmp_path)
@@ -158,7 +162,8 @@ def test_report_command_reads_what_plan_and_scale_wrote(tmp_path, capsys):
     assert doc["sections"][0] | {"source": ""} == _embedded(written)["sections"][0] | {"source": ""}
     assert len(doc["sections"][1]["rows"]) == 2 * len(STRATEGIES)
     # a single file, and a directory with nothing to report: one line, exit 2
-    assert main(["report", "--from", str(out / "scale.csv")]) == 0 and (out / "report.html").read_text() != written
+    assert main(["report", "--from", str(out / "scale.csv")]) == 0 and (out / "report.html").read_text() == written
+    assert _embedded((out / "scale-report.html").read_text())["sections"][0]["kind"] == "scale"
     capsys.readouterr()
     (tmp_path / "empty").mkdir()
     assert main(["report", "--from", str(tmp_path / "empty")]) == 2

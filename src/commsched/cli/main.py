@@ -218,6 +218,9 @@ def _profile_from_trace(trace_path, model, batch_size, device, image_size, clust
     from commsched.profile.from_trace import cluster_doc, load_trace, parse_trace, profile_from_trace, zoo_params
 
     ctx = click.get_current_context()
+    for opt, param in (("--efficiency", "efficiency"), ("--iters", "iters"), ("--warmup", "warmup"), ("--sequential", "sequential")):
+        if ctx.get_parameter_source(param) is not ParameterSource.DEFAULT:
+            raise CommschedError(f"{opt} does not apply to --from-trace: the trace's own steps are the measurement")
     # the trace names neither the model nor the batch: their defaults would silently mislabel it
     for opt, param in (("--model", "model"), ("--batch-size", "batch_size")):
         if ctx.get_parameter_source(param) is ParameterSource.DEFAULT:
@@ -501,7 +504,7 @@ def _scale_workers(cluster, workers_spec: str | None, nodes_spec: str | None) ->
         nodes_spec = "1,2,...,2048"
     if nodes_spec is None:
         return expand_workers(workers_spec or "4,8,...,2048")
-    nodes = expand_workers(nodes_spec)
+    nodes = expand_workers(nodes_spec, "node count")
     if nodes[-1] * per_node > MAX_WORKERS:
         raise CommschedError(f"{nodes[-1]} nodes x {per_node} GPUs is {nodes[-1] * per_node:,} workers; at most 2**20 (1,048,576)")
     return tuple(n * per_node for n in nodes)
@@ -646,6 +649,13 @@ def layers(
         cluster.with_workers(n)  # a fitted cluster cannot rescale: fail before any work
     if profile_path is not None and alternatives:
         raise CommschedError("--replaced-by compares zoo models; rank a profile file without it")
+    if profile_path is not None:
+        from click.core import ParameterSource
+
+        ctx = click.get_current_context()
+        for opt, param in (("--model", "model"), ("--batch-size", "batch_size"), ("--image-size", "image_size"), ("--device", "device")):
+            if ctx.get_parameter_source(param) is not ParameterSource.DEFAULT:
+                raise CommschedError(f"{opt} sets a zoo profile; --profile {profile_path} is used as it is")
     profiles = _profiles([profile_path] if profile_path else [], [] if profile_path else [model], batch_size, device, image_size, None, dtype)
     (prof,) = profiles.values()
     layer_count = len({t.name.rsplit(".", 1)[0] for t in prof.tensors})
@@ -693,7 +703,9 @@ def report(from_path, out_path) -> None:
 
     src = Path(from_path)
     sections = load_sections(src)  # every input checked before the page is written
-    out = Path(out_path) if out_path else (src if src.is_dir() else src.parent) / "report.html"
+    # one file's page is named by its kind, as scale and validate name theirs: plan's report.html stays
+    default = "report.html" if src.is_dir() or sections[0].kind == "plan" else f"{sections[0].kind}-report.html"
+    out = Path(out_path) if out_path else (src if src.is_dir() else src.parent) / default
     write_report(out, sections)
     click.echo(f"wrote {out} ({', '.join(f'{s.kind} from {s.source}' for s in sections)})", err=True)
 
@@ -735,6 +747,9 @@ def nccl_tuner(plan_path, out_dir, build) -> None:
     env = plugin_env(library, table_path)
     if plan_path is None:  # no table written: the user points COMMSCHED_NCCL_TUNER_TABLE at one
         env = {k: v for k, v in env.items() if k == "NCCL_TUNER_PLUGIN"}
+    if not library.is_file():  # --no-build and none built before: build it with `make tuner` or without --no-build
+        env.pop("NCCL_TUNER_PLUGIN")
+        click.echo(f"note: {library} is not built; run again without --no-build to build it", err=True)
     import shlex
 
     click.echo("\n".join(f"export {k}={shlex.quote(v)}" for k, v in env.items()))

@@ -487,13 +487,19 @@ def _group_size(args: dict, where: str) -> int | None:
 def _allreduces(events: list[_Event], where: str) -> tuple[AllreduceSample, ...]:
     kernels = [e for e in events if e.cat == "kernel" and e.name.startswith(NCCL_ALLREDUCE_PREFIXES)]
     if kernels:
-        comms = {e.args.get("External id"): e for e in events if e.name == PARAM_COMMS and e.cat != "kernel"}
+        # keyed by External id; an op without one cannot be a kernel's (None would pair unrelated events)
+        comms = {
+            e.args["External id"]: e
+            for e in events
+            if e.name == PARAM_COMMS and e.cat != "kernel" and e.args.get("External id") is not None
+        }
         out = []
         for k in kernels:
             what = f"{where}: kernel {k.name[:60]!r} at ts={k.ts:.3f} us"
             nbytes = _nelems_bytes(k.args, what)
             group = _group_size(k.args, what)
-            op = comms.get(k.args.get("External id"))
+            ext = k.args.get("External id")
+            op = comms.get(ext) if ext is not None else None
             if nbytes is None and op is not None:
                 nbytes = _nelems_bytes(op.args, what)
                 group = group if group is not None else _group_size(op.args, what)

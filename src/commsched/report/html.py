@@ -150,7 +150,7 @@ def plan_section(cmp: Comparison) -> ReportSection:
         "batch_size": p.batch_size,
         "device": p.device,
         "profile_source": p.source,
-        "cluster": {"name": c.name, "workers": c.workers, "allreduce": c.allreduce.to_json()["model"]},
+        "cluster": {"name": c.name, "workers": c.workers, "allreduce": getattr(c.allreduce, "algorithm", None) or c.allreduce.to_json()["model"]},
         "runtime": sem.backend if sem.threads == 1 else f"{sem.backend} ({sem.threads} threads)",
         "best": best,
         "tensors": [{"name": t.name, "bytes": t.bytes, "ready_s": r} for t, r in zip(p.tensors, p.ready_s)],
@@ -166,8 +166,13 @@ def check_plan_data(doc: object, where: str) -> dict:
         raise CommschedError(f"{where}: not a {SCHEMA} document (schema {shown(doc.get('schema') if isinstance(doc, dict) else doc)})")
     if doc.get("kind") != "plan":
         raise CommschedError(f"{where}: kind must be 'plan', got {shown(doc.get('kind'))}")
-    for key in ("title", "model", "best"):
+    for key in ("title", "model", "best", "device", "profile_source", "runtime"):
         _str(doc, key, where)
+    _int(doc, "batch_size", where, 1)
+    cluster = doc.get("cluster")
+    if not isinstance(cluster, dict):
+        raise CommschedError(f"{where}: cluster must be an object, got {shown(cluster)}")
+    _str(cluster, "name", f"{where}: cluster"), _str(cluster, "allreduce", f"{where}: cluster"), _int(cluster, "workers", f"{where}: cluster", 1)
     tensors = _list(doc, "tensors", where)
     for i, t in enumerate(tensors):
         w = f"{where}: tensors[{i}]"

@@ -63,6 +63,10 @@ def measure_resources(
             _load_tuner(Path(tmp), max(blocks))  # before the first communicator: NCCL loads plugins once
         dist.init_process_group("nccl")
         try:
+            # communicators are made at their first collective: make the default group's now, while
+            # the table says NCCL's choice (its syncs and barriers are not what is measured)
+            dist.all_reduce(torch.ones(1, device="cuda"))
+            torch.cuda.synchronize()
             configs = [ResourceConfig(b, threads) for b in blocks]
             groups = _tuner_groups(configs, Path(tmp)) if mechanism == "tuner" else resource_groups(configs, backend="nccl")
             return _measure(configs, groups, sizes, repeats)

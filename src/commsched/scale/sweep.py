@@ -17,11 +17,12 @@ from commsched.sim.timeline import iteration_end_s, prefix_bytes
 from commsched.types import MAX_WORKERS, ModelProfile, shown
 
 
-def expand_workers(spec: str) -> tuple[int, ...]:
-    """Parse "4,8,16" or a geometric "4,8,...,2048" (ratio from the first two terms)."""
+def expand_workers(spec: str, what: str = "worker count") -> tuple[int, ...]:
+    """Parse "4,8,16" or a geometric "4,8,...,2048" (ratio from the first two terms); ``what`` names
+    the counts in errors (node counts for ``scale --nodes``)."""
     parts = [p.strip() for p in spec.split(",") if p.strip()]
     if not parts:
-        raise CommschedError(f"worker counts must be a comma-separated list, got {shown(spec)}")
+        raise CommschedError(f"{what}s must be a comma-separated list, got {shown(spec)}")
     out: list[int] = []
     for i, p in enumerate(parts):
         if p in ("...", "…"):
@@ -29,10 +30,10 @@ def expand_workers(spec: str) -> tuple[int, ...]:
                 raise CommschedError(f"'...' needs two counts before it and one after, as in 4,8,...,2048; got {shown(spec)}")
             continue
         if not re.fullmatch(r"[0-9]+", p) or not p.strip("0"):
-            raise CommschedError(f"worker count must be a positive integer, got {shown(p)} in {shown(spec)}")
+            raise CommschedError(f"{what} must be a positive integer, got {shown(p)} in {shown(spec)}")
         # by its digits first: int() refuses strings of over 4300 digits with its own ValueError
         if len(p.lstrip("0")) > len(str(MAX_WORKERS)) or int(p) > MAX_WORKERS:
-            raise CommschedError(f"worker count must be at most 2**20 (1,048,576), got {shown(p)}")
+            raise CommschedError(f"{what} must be at most 2**20 (1,048,576), got {shown(p)}")
         out.append(int(p))
     if "..." in parts or "…" in parts:
         a, b, last = out[0], out[1], out[-1]
@@ -45,7 +46,7 @@ def expand_workers(spec: str) -> tuple[int, ...]:
             raise CommschedError(f"{last} is not in the series {a},{b},...; the last term would be {seq[-1]}")
         out = seq
     if any(b <= a for a, b in zip(out, out[1:])):
-        raise CommschedError(f"worker counts must increase, got {shown(out)}")
+        raise CommschedError(f"{what}s must increase, got {shown(out)}")
     return tuple(out)
 
 
