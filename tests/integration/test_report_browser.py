@@ -149,6 +149,10 @@ def test_scale_report(browser, tmp_path):
     assert len(_css(browser, "section#scale .point")) == 2 * len(lines)
     text = _hover_text(browser, _css(browser, 'section#scale .series[data-strategy="optimal"] .point')[0])
     assert "optimal at 4 workers" in text
+    # scale's markers (bend, synceasgd overtaking wfbp, optimal's one bucket): one list item each
+    header = (tmp_path / "scale.csv").read_text().splitlines()[0].split(",")
+    marked = sum(int(line.split(",")[header.index(k)]) for line in lines for k in ("bend", "synceasgd_overtakes_wfbp", "optimal_one_bucket"))
+    assert len(_css(browser, "section#scale li.marker")) == marked
 
 
 def test_validate_report(browser, tmp_path):

@@ -214,6 +214,7 @@ def check_plan_data(doc: object, where: str) -> dict:
 # --- scale --------------------------------------------------------------------------------------
 
 _SCALE_NUMBERS = ("iteration_s", "compute_s", "non_overlapped_comm_s", "scaling_factor", "speedup")
+_SCALE_MARKERS = ("bend", "synceasgd_overtakes_wfbp", "optimal_one_bucket")
 
 
 def scale_section(rows: Sequence[Mapping], title: str = "predicted scaling", source: str = "scale.csv") -> ReportSection:
@@ -231,6 +232,9 @@ def scale_section(rows: Sequence[Mapping], title: str = "predicted scaling", sou
                 raise CommschedError(f"{w}: {k} must be a finite number > 0, got {shown(r.get(k))}")
         if "buckets" in r:
             row["buckets"] = _int(r, "buckets", w, lo=1)
+        for k in _SCALE_MARKERS:  # scale's markers (commsched.scale.markers), 1 on the marked point
+            if k in r:
+                row[k] = _int(r, k, w)
         out.append(row)
     return ReportSection("scale", {"schema": SCHEMA, "kind": "scale", "title": title, "rows": out}, source)
 
@@ -256,7 +260,7 @@ def read_scale_csv(path: str | Path) -> list[dict]:
     for line, r in enumerate(rows, start=2):
         row: dict = {k: r[k] for k in ("model", "algorithm", "strategy")}
         for k, v in r.items():
-            if k in ("workers", "buckets"):
+            if k in ("workers", "buckets", *_SCALE_MARKERS):
                 try:
                     row[k] = int(v)
                 except (TypeError, ValueError):
@@ -582,7 +586,7 @@ _JS = r"""
 
   // ---- charts shared by scale and validate -------------------------------------------------
   function lineChart(parent, o) {
-    var W = 480, H = 300, L = 52, R = 12, T = 24, B = 40;
+    var W = 480, H = 300, L = 52, R = 22, T = 24, B = 40;  // R: room for the last x label (16384)
     var svg = svgEl("svg", {viewBox: "0 0 " + W + " " + H, "class": "chart", style: "max-width:540px;display:inline-block"}, parent);
     var xs = [], ys = [];
     o.series.forEach(function (s) { s.pts.forEach(function (p) { xs.push(p[0]); ys.push(p[1]); }); });
@@ -604,7 +608,7 @@ _JS = r"""
       : niceTicks(0, y1, 5);
     yt.forEach(function (v) {
       svgEl("line", {"class": "grid", x1: L - 3, x2: W - R, y1: Y(v), y2: Y(v)}, ax);
-      svgEl("text", {x: L - 5, y: Y(v) + 4, "text-anchor": "end"}, ax, String(+v.toPrecision(4)));
+      svgEl("text", {x: L - 5, y: Y(v) + 4, "text-anchor": "end"}, ax, String(o.ylog ? Math.round(v) : +v.toPrecision(4)));
     });
     o.series.forEach(function (s, i) {
       var g = svgEl("g", {"class": "series", "data-strategy": s.name}, svg), c = s.color || PALETTE[i % PALETTE.length];
@@ -633,10 +637,21 @@ _JS = r"""
       var g = groups[k];
       g.names.forEach(function (n) {
         var by = {}; g.series[n].forEach(function (r) { by[r.workers] = r; });
-        row(tb, [g.model, g.algorithm, n].concat(workers.map(function (w) { return by[w] ? by[w].scaling_factor.toFixed(3) : "-"; })),
+        row(tb, [g.model, g.algorithm, n].concat(workers.map(function (w) { return by[w] ? by[w].scaling_factor.toFixed(3) + (by[w].bend ? "*" : "") : "-"; })),
           {"data-strategy": n, "data-model": g.model, "data-algorithm": g.algorithm}, 3);
       });
     });
+    var said = {bend: " bends (10% below its best so far)", synceasgd_overtakes_wfbp: ": synceasgd overtakes wfbp", optimal_one_bucket: ": optimal collapses to one bucket"};
+    var notes = [];
+    d.rows.forEach(function (r) {
+      Object.keys(said).forEach(function (k) {
+        if (r[k]) notes.push(r.model + " (" + r.algorithm + ") at " + r.workers + " workers" + (k === "bend" ? ", " + r.strategy : "") + said[k]);
+      });
+    });
+    if (notes.length) {
+      var ul = el("ul", {"class": "markers"}, sec);
+      notes.forEach(function (t) { el("li", {"class": "marker"}, ul, t); });
+    }
     order.forEach(function (k) {
       var g = groups[k];
       el("h3", {}, sec, g.model + ", " + g.algorithm);
