@@ -636,7 +636,7 @@ def layers(
     from commsched.planners import planner
     from commsched.report.progress import progress
     from commsched.scale.sweep import expand_workers
-    from commsched.whatif import rank_layers, scaling_factors
+    from commsched.whatif import layer_of, rank_layers, scaling_factors
 
     _bounded("--top", top, 10**6, "1,000,000")
     cluster = _cluster(cluster_spec, workers, None)
@@ -658,7 +658,7 @@ def layers(
                 raise CommschedError(f"{opt} sets a zoo profile; --profile {profile_path} is used as it is")
     profiles = _profiles([profile_path] if profile_path else [], [] if profile_path else [model], batch_size, device, image_size, None, dtype)
     (prof,) = profiles.values()
-    layer_count = len({t.name.rsplit(".", 1)[0] for t in prof.tensors})
+    layer_count = len({layer_of(t.name) for t in prof.tensors})
     with progress(True, f"re-planning {prof.model} without each layer", layer_count) as bar:
         ranking = rank_layers(prof, cluster, chosen, progress=bar.advance)
     compared = {}

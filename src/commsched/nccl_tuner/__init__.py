@@ -39,7 +39,6 @@ from commsched.types import Plan
 
 __all__ = [
     "LIBRARY_NAME",
-    "MAGIC",
     "MAX_CHANNELS",
     "SOURCE_NAME",
     "TABLE_ENV",

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from commsched.errors import CommschedError
+from commsched.scale.markers import MARKER_COLUMNS
 from commsched.types import shown
 
 if TYPE_CHECKING:
@@ -214,7 +215,6 @@ def check_plan_data(doc: object, where: str) -> dict:
 # --- scale --------------------------------------------------------------------------------------
 
 _SCALE_NUMBERS = ("iteration_s", "compute_s", "non_overlapped_comm_s", "scaling_factor", "speedup")
-_SCALE_MARKERS = ("bend", "synceasgd_overtakes_wfbp", "optimal_one_bucket")
 
 
 def scale_section(rows: Sequence[Mapping], title: str = "predicted scaling", source: str = "scale.csv") -> ReportSection:
@@ -232,7 +232,7 @@ def scale_section(rows: Sequence[Mapping], title: str = "predicted scaling", sou
                 raise CommschedError(f"{w}: {k} must be a finite number > 0, got {shown(r.get(k))}")
         if "buckets" in r:
             row["buckets"] = _int(r, "buckets", w, lo=1)
-        for k in _SCALE_MARKERS:  # scale's markers (commsched.scale.markers), 1 on the marked point
+        for k in MARKER_COLUMNS:  # scale's markers, 1 on the marked point
             if k in r:
                 row[k] = _int(r, k, w)
         out.append(row)
@@ -260,7 +260,7 @@ def read_scale_csv(path: str | Path) -> list[dict]:
     for line, r in enumerate(rows, start=2):
         row: dict = {k: r[k] for k in ("model", "algorithm", "strategy")}
         for k, v in r.items():
-            if k in ("workers", "buckets", *_SCALE_MARKERS):
+            if k in ("workers", "buckets", *MARKER_COLUMNS):
                 try:
                     row[k] = int(v)
                 except (TypeError, ValueError):

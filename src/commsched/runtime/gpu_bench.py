@@ -75,10 +75,10 @@ def measure_resources(
 
 
 def _load_tuner(tmp: Path, most_blocks: int) -> None:
-    from commsched.nccl_tuner import LIBRARY_NAME, MAGIC, TABLE_ENV, build_plugin
+    from commsched.nccl_tuner import LIBRARY_NAME, TABLE_ENV, TunerTable, build_plugin, table_text
 
     library = build_plugin(tmp / LIBRARY_NAME)
-    (tmp / "default.txt").write_text(MAGIC + "\n")  # the default group: NCCL's choice everywhere
+    (tmp / "default.txt").write_text(table_text(TunerTable(())))  # the default group: NCCL's choice everywhere
     os.environ["NCCL_TUNER_PLUGIN"] = str(library)
     os.environ[TABLE_ENV] = str(tmp / "default.txt")
     os.environ.setdefault("NCCL_MIN_NCHANNELS", str(most_blocks))
