@@ -99,7 +99,8 @@ def main() -> None:
             f"ddp caps vs defaults {rep['ddp_caps_vs_stock_ddp']:+.1%}; semantics: gain {sem['concurrency_gain']:.2f} "
             f"(measured {rep['contention']['concurrency_gain_measured']:+.2f}), compute +{sem['compute_slowdown']:.0%} "
             f"(two: {rep['contention']['compute_slowdown_concurrent_measured']}, used: {sem['compute_slowdown_concurrent']}), "
-            f"under compute: {', '.join(f'{b}B x{f:.2f}' for b, f in sem['under_compute'])}"
+            f"under compute: {', '.join(f'{b}B x{f:.2f}' for b, f in sem['under_compute'])}; "
+            f"compute per bucket launched: {sem.get('launch_compute_s', 0.0) * 1e6:.0f} us"
         )
 
 

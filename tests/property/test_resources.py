@@ -38,7 +38,9 @@ def grids(draw) -> ClusterResources:
     for c in cfgs:
         pts = sorted(draw(st.sets(st.integers(1, 10**9), min_size=1, max_size=3)))
         rel = tuple((b, draw(st.floats(0.5, 2.0))) for b in pts)
-        entries.append((c, GridEntry(rel, draw(st.floats(1.0, 4.0)), draw(st.floats(1.0, 1.5)))))
+        # overlap factors below 1 too: all-reduces faster beside compute than alone (against
+        # LIBRA's Assumption 2), which the joint search's order by f + kappa p must keep exact
+        entries.append((c, GridEntry(rel, draw(st.floats(1.0, 4.0)), draw(st.floats(0.5, 1.5)))))
     return ClusterResources(tuple(cfgs), cfgs[0], GridContention(tuple(entries)))
 
 

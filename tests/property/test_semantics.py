@@ -89,13 +89,16 @@ under_tables = st.one_of(
     st.just(()),
     st.lists(st.floats(0.3, 2.0), min_size=1, max_size=4).map(lambda fs: tuple((4 ** (3 + 3 * i), f) for i, f in enumerate(fs))),
 )
+# one factor for every size: what serial equivalence needs (factors that differ by size break it)
+uniform_tables = st.one_of(st.just(()), st.tuples(st.floats(0.3, 2.0), st.integers(1, 3)).map(lambda x: tuple((4 ** (3 + 3 * i), x[0]) for i in range(x[1]))))
 
 
-@given(profiles(max_tensors=30), costs, st.sampled_from(sorted(STRATEGIES)), factors, factors, overheads, st.integers(2, 4), under_tables)
-def test_gloo_threads_sharing_the_link_end_when_the_serial_run_ends(profile, cost, name, cs, ms, d, threads, table):
+@given(profiles(max_tensors=30), costs, st.sampled_from(sorted(STRATEGIES)), factors, factors, overheads, st.integers(2, 4), uniform_tables, overheads)
+def test_gloo_threads_sharing_the_link_end_when_the_serial_run_ends(profile, cost, name, cs, ms, d, threads, table, e):
+    assert Semantics("gloo", threads, 0.0, cs, ms, d, None, table, e).serial_equivalent
     ends = STRATEGIES[name].ends(profile, cost)
-    serial = simulate_run(profile, ends, cost, Semantics(compute_slowdown=cs, comm_slowdown=ms, call_overhead_s=d, under_compute=table))
-    gloo = simulate_run(profile, ends, cost, Semantics("gloo", threads, 0.0, cs, ms, d, None, table))
+    serial = simulate_run(profile, ends, cost, Semantics(compute_slowdown=cs, comm_slowdown=ms, call_overhead_s=d, under_compute=table, launch_compute_s=e))
+    gloo = simulate_run(profile, ends, cost, Semantics("gloo", threads, 0.0, cs, ms, d, None, table, e))
     assert close(gloo.iteration_s, serial.iteration_s, 1e-7) and close(gloo.compute_s, serial.compute_s, 1e-7)
 
 
@@ -166,6 +169,8 @@ def test_call_overhead_applies_to_buckets_launched_while_compute_has_work_left()
         {"under_compute": ((16, 0.0),)},
         {"under_compute": ((16,),)},
         {"under_compute": 3},
+        {"launch_compute_s": -1e-3},
+        {"launch_compute_s": float("nan")},
     ],
 )
 def test_bad_semantics_are_errors(bad):
@@ -174,20 +179,65 @@ def test_bad_semantics_are_errors(bad):
 
 
 def test_hand_worked_factor_under_compute():
-    # a (1 s of backward) then b (1 s): bucket a (1000 B) is launched under compute and costs
-    # factor(1000) x 0.5 s; with points (10 B, 0.5) and (10**5 B, 1.5), log-linear: factor 1.0 at 1000 B
+    # a (1 s of backward) then b (1 s): bucket a (1000 B) runs under compute at 1 / factor(1000) of
+    # its speed; with points (10 B, 0.5) and (10**5 B, 1.5), log-linear: factor 1.0 at 1000 B
     p = ModelProfile("m", 1, "d", "estimated", 1.0, (TensorSpec("a", 1000, 1.0), TensorSpec("b", 1000, 1.0)))
     sem = Semantics(under_compute=((10, 0.5), (10**5, 1.5)))
     assert sem.factor_under_compute(1000) == pytest.approx(1.0)
     assert sem.factor_under_compute(1) == 0.5 and sem.factor_under_compute(10**9) == 1.5  # flat beyond
     sem = Semantics(under_compute=((10, 0.5), (1000, 0.5)))
     tl = simulate_run(p, (1, 2), AlphaBeta(0.5, 0.0), sem)
-    # a: 0.25 s of work from 2.0; b launched after compute ends: full 0.5 s
+    # a: its 0.5 s alone at twice the speed from 2.0 (compute runs to 3.0); b after compute: 0.5 s
     assert [(s.start_s, s.end_s) for s in tl.allreduces] == [(2.0, 2.25), (3.0, 3.5)]
 
 
+def test_the_factor_under_compute_acts_only_while_compute_runs():
+    # a (1 s of backward, 1000 B), then b: a's all-reduce (2 s alone, factor 0.5 under compute) is
+    # launched at 2.0. With b's backward 2 s, compute outlasts it: 2 s of work in 1 s, end 3.0.
+    # With b's backward 0.5 s, compute ends at 2.5 having done 1 s of its work: the other 1 s goes
+    # at its speed alone, to 3.5 (charged whole at launch, as before issue 11's fix, 3.0).
+    cost = AlphaBeta(2.0, 0.0)
+    sem = Semantics(under_compute=((10, 0.5), (10**5, 0.5)))
+    p = ModelProfile("m", 1, "d", "estimated", 1.0, (TensorSpec("a", 1000, 1.0), TensorSpec("b", 1000, 2.0)))
+    assert simulate_run(p, (1, 2), cost, sem).allreduces[0].end_s == 3.0
+    p = ModelProfile("m", 1, "d", "estimated", 1.0, (TensorSpec("a", 1000, 1.0), TensorSpec("b", 1000, 0.5)))
+    assert simulate_run(p, (1, 2), cost, sem).allreduces[0].end_s == 3.5
+
+
+def test_a_launch_costs_compute_while_compute_has_work_left():
+    # a, b, c (1 s of backward each), one bucket each; launching costs compute e = 0.5 s: a's launch
+    # at 2.0 delays b to 3.5, b's delays c to 5.0; c's bucket is launched after compute, free
+    p = ModelProfile("m", 1, "d", "estimated", 1.0, tuple(TensorSpec(x, 10, 1.0) for x in "abc"))
+    tl = simulate_run(p, (1, 2, 3), AlphaBeta(0.1, 0.0), Semantics(launch_compute_s=0.5))
+    assert [x for s in tl.allreduces for x in (s.start_s, s.end_s)] == pytest.approx([2.0, 2.1, 3.5, 3.6, 5.0, 5.1])
+    assert tl.compute_s == pytest.approx(5.0)
+    # under an all-reduce the launch's work goes at 1 / (1 + c) like the rest: c = 1, a's all-reduce
+    # of 2 s from 2.0: e (0.5 of work) and b's first 0.5 take 2 s; b's last 0.5 s alone: 4.5
+    p = ModelProfile("m", 1, "d", "estimated", 1.0, tuple(TensorSpec(x, 10, 1.0) for x in "ab"))
+    tl = simulate_run(p, (1, 2), AlphaBeta(2.0, 0.0), Semantics(compute_slowdown=1.0, launch_compute_s=0.5))
+    assert tl.compute_s == pytest.approx(4.5)
+    assert Semantics(launch_compute_s=0.5).contended
+
+
+def test_factors_that_differ_by_size_are_not_serial_on_gloo_threads():
+    # big (1000 B: 4 s alone, factor 2 under compute) and small (250 B: 1 s, factor 0.5), both
+    # launched at 1.0 under 8 s of compute. One thread: big takes 8 s (to 9.0, when compute ends),
+    # small then 1 s (to 10.0). Gloo's two threads sharing the link: small goes at 1/2 / 0.5 = 1 and
+    # ends at 2.0; big at 1/2 / 2 until then (0.25 of work), then alone under compute at 1/2 (3.5
+    # of work by 9.0), then beside c's bucket (launched at 9.0, after compute) at 1/2: 9.5.
+    sem = Semantics(under_compute=((250, 0.5), (1000, 2.0)))
+    cost = AlphaBeta(0.0, 4.0 / 1000)
+    p = ModelProfile("m", 1, "d", "estimated", 1.0, (TensorSpec("big", 1000, 0.0), TensorSpec("small", 250, 0.0), TensorSpec("c", 250, 8.0)))
+    gloo_sem = Semantics("gloo", 2, under_compute=sem.under_compute)
+    assert sem.serial_equivalent and not gloo_sem.serial_equivalent
+    serial = simulate_run(p, (1, 2, 3), cost, sem).allreduces
+    gloo = simulate_run(p, (1, 2, 3), cost, gloo_sem).allreduces
+    assert [s.end_s for s in serial[:2]] == pytest.approx([9.0, 10.0])
+    assert [s.end_s for s in gloo[:2]] == pytest.approx([9.5, 2.0])
+
+
 def test_semantics_json_round_trip_and_errors():
-    s = Semantics("gloo", 2, 0.1, 0.5, 0.05, 0.002, 0.6, ((16384, 0.7), (1 << 20, 1.2)))
+    s = Semantics("gloo", 2, 0.1, 0.5, 0.05, 0.002, 0.6, ((16384, 0.7), (1 << 20, 1.2)), 0.0003)
     assert semantics_from_json(json.loads(json.dumps(s.to_json()))) == s
     with pytest.raises(CommschedError, match="unknown field"):
         semantics_from_json({"threads": 1, "speed": 2})

@@ -7,7 +7,7 @@ import pytest
 from commsched.cost.cluster import ClusterSpec
 from commsched.cost.models import AlphaBeta
 from commsched.errors import CommschedError
-from commsched.runtime.validate import ProfileSteps, ValidationConfig, contention_of, error_intervals
+from commsched.runtime.validate import ProfileSteps, ValidationConfig, contention_of, error_intervals, launch_cost, measured_semantics
 from commsched.sim.contention import simulate_contended
 from commsched.types import ModelProfile, TensorSpec
 
@@ -189,3 +189,22 @@ def test_compute_time_per_call_is_what_the_rate_does_not_explain():
     assert c["compute_per_call_s"] == {"16384": pytest.approx(0.019)}
     assert c["under_compute"] == [[16384, pytest.approx(1.0)]]
     assert contention_of([probe()] * 3)["compute_per_call_s"] is None  # probes that did not keep it
+
+
+def test_launch_cost_is_the_work_beyond_the_rate_per_launch():
+    # 0.3 s of backward pass, an all-reduce in flight for 0.2 s of it, at c = 1: 0.1 + 0.2 / 2 = 0.2 s
+    # of work, 0.05 s more than the profile's 0.15 s, over 10 launches
+    samples = [{"launches": (0.3, 0.2, 10)}, {"launches": (0.3, 0.2, 10)}]
+    assert launch_cost(samples, 1.0, 0.15) == pytest.approx(0.005)
+    assert launch_cost(samples, 1.0, 0.25) == 0.0  # less work than the profile: no negative cost
+    assert launch_cost([{"backward_s": 1.0}], 1.0, 0.15) == 0.0  # probes from before it was measured
+    assert launch_cost([{"launches": (0.3, 0.2, 0)}], 1.0, 0.15) == 0.0
+
+
+def test_measured_semantics_carry_the_launch_cost_against_the_profile():
+    samples = [{**probe(), "launches": (1.0, 0.5, 4)} for _ in range(3)]
+    contention = contention_of(samples, threads=1)
+    c = contention["compute_slowdown"]
+    prof = ModelProfile("m", 1, "cpu", "measured", 0.1, (TensorSpec("a", 4, 0.3), TensorSpec("b", 4, 0.3)))
+    sem = measured_semantics(samples, contention, "gloo", prof)
+    assert sem.launch_compute_s == pytest.approx((0.5 + 0.5 / (1 + c) - 0.6) / 4)

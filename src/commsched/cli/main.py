@@ -395,6 +395,10 @@ def _describe_semantics(sem) -> str:
             f", compute +{sem.compute_slowdown:.0%} under all-reduce, all-reduce +{sem.comm_slowdown:.0%} under compute"
             f" + {sem.call_overhead_s * 1e3:.2f} ms per call"
         )
+        if sem.under_compute:
+            text += ", all-reduce under compute " + ", ".join(f"{b} B x{f:.2f}" for b, f in sem.under_compute)
+        if sem.launch_compute_s:
+            text += f", {sem.launch_compute_s * 1e6:.0f} us of compute per bucket launched"
     return text
 
 

@@ -142,7 +142,8 @@ class ContentionModel(Protocol):
 
     def never_faster_overlapped(self, config: ResourceConfig) -> bool:
         """True when an all-reduce with ``config`` is never faster beside compute than alone, at any
-        size (LIBRA's Assumption 2, which exact planning needs)."""
+        size (LIBRA's Assumption 2; :class:`~commsched.planners.Joint` drops dominated configs only
+        where it holds)."""
         ...
 
     def to_json(self) -> dict: ...

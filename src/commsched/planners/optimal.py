@@ -38,7 +38,7 @@ import numpy as np
 from commsched.cost.models import AlphaBeta, CostModel, as_alpha_beta
 from commsched.errors import CommschedError
 from commsched.planners.optimal_contended import contended_optimal_ends
-from commsched.sim.contention import contended_end_s
+from commsched.sim.contention import contended_end_s, simulate_run
 from commsched.sim.semantics import NCCL, Semantics
 from commsched.sim.timeline import prefix_bytes
 from commsched.types import ModelProfile
@@ -162,9 +162,13 @@ class Optimal:
       such runtimes, by :mod:`commsched.planners.optimal_contended`, to within a factor 1 +
       ``tolerance`` (a proven bound; 0 asks for the exact optimum, which can take far longer).
     - On threads with a concurrency gain (a runtime whose concurrent all-reduces do not just share
-      one link), or whose concurrent all-reduces slow compute more than one does, no exact programme
-      is implemented: the result is the serial optimum (planned with the one-in-flight compute
-      slowdown), scored under the real semantics, and :meth:`exact_for` says so.
+      one link), whose concurrent all-reduces slow compute more than one does, or whose
+      all-reduces slow down under compute by factors that differ with size (gloo as ``validate``
+      measures it: a small all-reduce beside a large one keeps its own speed), or whose bucket
+      launches cost compute (``launch_compute_s``: the programme's state would need the bucket count),
+      no exact programme is implemented: the result is the best under the real semantics of the serial optimum
+      (planned with the one-in-flight compute slowdown), the plain optimum and one bucket, and
+      :meth:`exact_for` says so.
     """
 
     semantics: Semantics = NCCL
@@ -178,8 +182,11 @@ class Optimal:
 
     def exact_for(self) -> str:
         """How the result relates to the optimum under ``semantics``."""
-        if not self.semantics.serial_equivalent:
-            return "not proven: the serial optimum (concurrent all-reduces gain, or slow compute more than one)"
+        if not self.semantics.serial_equivalent or self.semantics.launch_compute_s:
+            return (
+                "not proven: the best of the serial optimum, the plain optimum and one bucket (concurrent all-reduces gain, "
+                "slow compute more than one, or slow down by size under compute; or launches cost compute)"
+            )
         if not self.semantics.contended:
             return "exact"
         return "exact" if self.tolerance == 0 else f"within {self.tolerance:g} of the optimum"
@@ -188,9 +195,19 @@ class Optimal:
         sem = self.semantics
         sizes = [t.bytes for t in profile.tensors]
         plain, _ = optimal_ends(profile.ready_s, sizes, cost)
-        if not sem.contended:
-            return plain
-        serial = replace(sem, backend="nccl", threads=1, concurrency_gain=0.0, compute_slowdown_concurrent=None)
+        work = [t.backward_s for t in profile.tensors]
+        best = plain if not sem.contended else self._serial_optimum(profile, cost, plain)
+        if sem.serial_equivalent and not sem.launch_compute_s:
+            return best
+        # the serial optimum is not the runtime's: score the candidates as the runtime runs them
+        return min((simulate_run(profile, e, cost, sem).iteration_s, len(e), e) for e in {best, plain, (len(work),)})[2]
+
+    def _serial_optimum(self, profile: ModelProfile, cost: CostModel, plain: tuple[int, ...]) -> tuple[int, ...]:
+        """The optimum of the serial run under this contention, without launch costs (what
+        :mod:`~commsched.planners.optimal_contended` solves)."""
+        sem = self.semantics
+        sizes = [t.bytes for t in profile.tensors]
+        serial = replace(sem, backend="nccl", threads=1, concurrency_gain=0.0, compute_slowdown_concurrent=None, launch_compute_s=0.0)
         work = [t.backward_s for t in profile.tensors]
         prefix = prefix_bytes(profile)
         # the better of the plain optimum and one bucket bounds the search (it prunes, never decides)

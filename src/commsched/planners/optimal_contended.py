@@ -17,8 +17,11 @@ compute left, c = 1 + compute_slowdown and m = 1 + comm_slowdown, its all-reduce
 - overlaps compute to its end when R c >= T m: it ends at s + T m, with progress q + T m / c;
 - else compute ends first, after R c: the all-reduce ends at s + R c + (T - R c / m), progress W.
 
-Both the end and the progress are monotone in the right direction: the end never decreases when f
-grows or p shrinks, and the progress never decreases when p grows (it does not depend on f). So a
+With m >= 1 both the end and the progress are monotone in the right direction: the end never
+decreases when f grows or p shrinks, and the progress never decreases when p grows (it does not
+depend on f). (With m < 1, an all-reduce faster beside compute than alone as measured for small
+ones, the end can fall as p shrinks; :func:`front_search` then orders states by f + kappa p
+instead of f, and everything below holds with that in place of f.) So a
 state (f, p) with f <= f' and p >= p' can never end later than (f', p') whatever follows, by
 induction over the remaining buckets, and for each k only the Pareto front of states (least f for
 each p) needs keeping. The front over all k, extended by every next bucket, is exact for any cost
@@ -30,8 +33,8 @@ this one is O(L^2 x front), and the fronts are not small on real models (thousan
 per tensor). So with ``tolerance`` > 0 states whose end times
 fall in one cell of width tolerance x LB / L (LB: forward, all backward, then the least all-reduce
 that can hold the last tensor, a lower bound on any bucketing) keep only the one with the most
-progress. A dropped state is replaced by one that ends less than a cell later with at least its
-progress, and since a state's end time moves every later end time by exactly as much, each of the
+progress. A dropped state is replaced by one that ends less than a cell later (in f + kappa p)
+with at least its progress, and since a state's end time moves every later end time by exactly as much, each of the
 at most L buckets of the optimal path loses less than a cell: the result is within
 1 + tolerance of the optimum.
 
@@ -78,10 +81,12 @@ def contended_optimal_ends(
 
     ``slow_compute`` and ``slow_comm`` are the factors 1 + slowdown (>= 1); every bucket launched
     while compute has work left (those ending at or before the last tensor with backward work) costs
-    ``under_compute(bytes)`` x T + ``call_overhead_s`` instead of T (``under_compute`` maps an array
-    of sizes to factors; None is 1; ``min_factor`` is a lower bound of it, for the pruning bounds),
-    as :mod:`commsched.sim.contention` does: that is T in every formula above for that bucket, so
-    the proof holds as it stands. ``upper_bound_s``
+    T + ``call_overhead_s`` instead of T, and beside compute a bucket's all-reduce goes at
+    1 / (``slow_comm`` x ``under_compute(bytes)``) (``under_compute`` maps an array of sizes to
+    factors; None is 1; ``min_factor`` is a lower bound of it, for the pruning bounds), as
+    :mod:`commsched.sim.contention` does: that is T and m in every formula above for that bucket.
+    A factor below 1 makes m < 1, and then :func:`front_search` orders states by f + kappa p
+    instead of f (its docstring), so the proof holds. ``upper_bound_s``
     is the end time of any known bucketing; it only prunes, so when nothing beats it the result is
     empty (the caller keeps its bucketing). ``coarse_first``: :func:`certified` (off: the programme
     at ``tolerance`` alone, as the tests of its bound need).
@@ -91,11 +96,9 @@ def contended_optimal_ends(
 
     def option(k2: np.ndarray, nbytes: np.ndarray):
         t = cost.times_s(nbytes)
-        if call_overhead_s or under_compute is not None:
-            busy = k2 <= busy_to
-            factor = under_compute(nbytes) if under_compute is not None else 1.0
-            t = np.where(busy, t * factor + call_overhead_s, t)
-        return t, m, c
+        if call_overhead_s:
+            t = np.where(k2 <= busy_to, t + call_overhead_s, t)
+        return t, (m * under_compute(nbytes) if under_compute is not None else m), c
 
     # a factor below 1 makes all-reduces under compute cheaper: the bound on what is left shrinks
     # with it (the last all-reduce is launched after compute, so its bound stands)
@@ -157,6 +160,7 @@ class Transitions:
     comm_left: np.ndarray
     last_left: np.ndarray
     vertices: np.ndarray
+    kappa: float = 0.0
 
 
 def transitions(sizes, options, least_time, least_last_time, drop_dominated=False) -> Transitions:
@@ -174,8 +178,10 @@ def transitions(sizes, options, least_time, least_last_time, drop_dominated=Fals
         # each option's least compute factor and least factor over least_time beside compute
         overlap = [(float(c[o].min()), float(np.where(least > 0, t[o] * slow[o] / least, np.inf).min())) for o in range(len(options))]
     useless = np.zeros(t.shape, dtype=bool)
-    if drop_dominated and len(options) > 1:
+    if drop_dominated and len(options) > 1 and slow.min() >= 1.0:
         useless = _dominated(t, slow, c)
+    # the exchange rate of progress for time in the dominance order (front_search's docstring)
+    kappa = max(0.0, float((c * (1.0 / slow - 1.0)).max())) if slow.size else 0.0
     cuts = np.concatenate(([0], np.cumsum(np.arange(n, 0, -1))))
     per_k = []
     comm_left, last_left = np.zeros(n + 1), np.zeros(n + 1)  # nothing is left after the last tensor
@@ -189,7 +195,7 @@ def transitions(sizes, options, least_time, least_last_time, drop_dominated=Fals
         comm_left[k] = np.min(least[cuts[k] : cuts[k + 1]] + comm_left[k + 1 :])
         tl = float(np.asarray(least_last_time(prefix[n : n + 1] - prefix[k]))[0])
         last_left[k] = min(tl, last_left[k + 1]) if k + 1 < n else tl
-    return Transitions(tuple(per_k), comm_left, last_left, _overlap_vertices(overlap))
+    return Transitions(tuple(per_k), comm_left, last_left, _overlap_vertices(overlap), kappa)
 
 
 def front_search(forward_s, work_s, table: Transitions, upper_bound_s=float("inf"), tolerance=0.0, optimistic=False):
@@ -198,7 +204,7 @@ def front_search(forward_s, work_s, table: Transitions, upper_bound_s=float("inf
 
     Each option of :func:`transitions` maps (k2 array, bytes array) of the candidate buckets
     k..k2-1 to (T alone, s, c):
-    the all-reduce's work alone, the factor s >= 1 by which it is longer while compute runs beside
+    the all-reduce's work alone, the factor s > 0 by which it is longer while compute runs beside
     it (so T s in flight to its end if compute outlasts it; ``slow_comm`` above) and compute's time
     factor c under it (``slow_compute``); each may be a scalar or an array over the candidates.
     :func:`transitions`' ``least_time(bytes)`` and ``least_last_time(bytes)`` bound any bucket's
@@ -206,9 +212,19 @@ def front_search(forward_s, work_s, table: Transitions, upper_bound_s=float("inf
     bucket); empty when nothing beats ``upper_bound_s``. ``optimistic``: the relaxation of
     :func:`_front`, whose result is a lower bound (its path is not a real one).
 
-    The dominance argument needs s >= 1 (an all-reduce never faster beside compute than alone,
-    LIBRA's Assumption 2): then the end never rises with progress. :func:`front_search` does not
-    check it; callers that cannot promise it say so.
+    The dominance argument of the module docstring needs s >= 1 (an all-reduce never faster beside
+    compute than alone, LIBRA's Assumption 2): then the end never rises with progress. Measured
+    small all-reduces are faster beside compute (s < 1), and then a state with less progress can
+    end its next all-reduce sooner, by at most kappa = max c (1/s - 1) per second of progress. So
+    states are ordered by g = f + kappa p instead of f: (f, p) dominates (f', p') when p >= p' and
+    g <= g'. By induction over the buckets: the start (s, q) of the next all-reduce keeps the order
+    (waiting for compute adds (1 + kappa) (w - p) to g, more for less progress); in flight, the
+    end plus kappa times the progress is g at the start plus phi(R) (R the compute left), where
+    phi(R) = T + R (kappa - c (1/s - 1)) while R c < T s and T s (1 + kappa / c) after, which
+    never falls with R, so more progress (less R) never costs; the progress after is
+    min(W, q + T s / c), which keeps the order. At the last tensor every progress is W, so g orders
+    the end times. With s >= 1 everywhere, kappa = 0 and this is the order by f.
+    :func:`transitions` computes kappa.
 
     :func:`transitions`' ``drop_dominated`` (needs s >= 1 too): for a bucket, option B makes option A useless when B's
     all-reduce is no longer alone (T_B <= T_A) nor beside compute (T_B s_B <= T_A s_A), slows
@@ -243,7 +259,7 @@ def front_search(forward_s, work_s, table: Transitions, upper_bound_s=float("inf
 
     def fold(dest: int) -> None:
         if waiting[dest]:
-            pending[dest] = _front(_concat_all([pending[dest], *waiting[dest]]), grid, optimistic)
+            pending[dest] = _front(_concat_all([pending[dest], *waiting[dest]]), grid, optimistic, table.kappa)
             waiting[dest], waiting_rows[dest] = [], 0
 
     final: list[tuple] = [empty] * (n + 1)
@@ -378,39 +394,40 @@ def _concat_all(parts: list[tuple]) -> tuple:
     return tuple(np.concatenate(cols) for cols in zip(*parts))
 
 
-def _front(front: tuple, grid: float, optimistic: bool = False) -> tuple:
-    """:func:`_pareto`, then of the states whose end times fall in one cell ``grid`` seconds wide,
-    the one with the most progress (on a Pareto front sorted by end time progress rises too: a
-    cell's last state). A dropped state (f, p) leaves one (f' < f + grid, p' >= p), whose every
-    continuation ends at most ``grid`` later than the dropped one's would (the end time shifts by
-    exactly the shift of f, and never rises with p): over a path of at most L buckets the result is
-    at most L x grid above the optimum.
+def _front(front: tuple, grid: float, optimistic: bool = False, kappa: float = 0.0) -> tuple:
+    """:func:`_pareto`, then of the states whose g = f + ``kappa`` p (the end time when kappa is 0;
+    :func:`front_search`) falls in one cell ``grid`` seconds wide, the one with the most progress
+    (on a Pareto front sorted by g progress rises too: a cell's last state). A dropped state (f, p)
+    leaves one (g' < g + grid, p' >= p), which dominates the dropped state moved ``grid`` later,
+    whose every continuation ends exactly ``grid`` later (the end time shifts by exactly the shift
+    of f): over a path of at most L buckets the result is at most L x grid above the optimum.
 
-    ``optimistic``: the cell's state becomes (its least end, its most progress) instead, which
+    ``optimistic``: the cell's state becomes (its least g, its most progress) instead, which
     dominates every state of the cell: a relaxation whose result is a lower bound (:func:`certified`).
     """
-    front = _pareto(front)
-    f = front[0]
+    front = _pareto(front, kappa)
+    f, p = front[0], front[1]
     if grid <= 0.0 or f.size <= 1:
         return front
-    cell = np.floor(f / grid)
+    g = f + kappa * p if kappa else f
+    cell = np.floor(g / grid)
     last = np.ones(f.size, dtype=bool)
     last[:-1] = cell[1:] != cell[:-1]
     kept = tuple(x[last] for x in front)
     if optimistic:
         first = np.ones(f.size, dtype=bool)
         first[1:] = last[:-1]
-        return (f[first],) + kept[1:]
+        return (g[first] - kappa * kept[1],) + kept[1:]
     return kept
 
 
-def _pareto(front: tuple) -> tuple:
-    """The states no other state dominates: by end time, each with more progress than every earlier
-    one (on equal end and progress, the fewest buckets first)."""
+def _pareto(front: tuple, kappa: float = 0.0) -> tuple:
+    """The states no other state dominates: by g = f + ``kappa`` p, each with more progress than
+    every earlier one (on equal g and progress, the fewest buckets first)."""
     f, p, nb = front[0], front[1], front[2]
     if f.size <= 1:
         return front
-    order = np.lexsort((nb, -p, f))
+    order = np.lexsort((nb, -p, f + kappa * p if kappa else f))
     p_sorted = p[order]
     best_before = np.maximum.accumulate(np.concatenate(([-np.inf], p_sorted[:-1])))
     kept = order[p_sorted > best_before]

@@ -104,9 +104,10 @@ class Joint:
 
     :func:`~commsched.planners.optimal_contended.front_search` with one option per allowed config:
     states (end of the last all-reduce, compute progress), the Pareto front kept per tensor. Exact
-    with ``tolerance`` 0, within a factor 1 + ``tolerance`` otherwise (the proof in that module),
-    whenever no config's all-reduce runs faster beside compute than alone (LIBRA's Assumption 2;
-    :meth:`optimality` checks it for the cluster's model). The best of DDP's buckets at every
+    with ``tolerance`` 0, within a factor 1 + ``tolerance`` otherwise (the proof in that module;
+    where a config's all-reduce runs faster beside compute than alone, against LIBRA's Assumption
+    2, the front is ordered by end time plus kappa x progress, and dominated configs are not
+    dropped). The best of DDP's buckets at every
     config, ``rs-heuristic`` and one bucket at every config bounds the search; if nothing beats that
     bound (possible only with ``tolerance`` > 0) the bound's plan is returned.
     """
@@ -118,9 +119,6 @@ class Joint:
         check_tolerance(self.tolerance)
 
     def optimality(self, resources: ClusterResources) -> str:
-        faster = [c.short for c in resources.allowed if not resources.contention.never_faster_overlapped(c)]
-        if faster:
-            return f"not proven: configs {', '.join(faster)} run faster beside compute than alone (LIBRA's Assumption 2 fails)"
         return "exact" if self.tolerance == 0 else f"within {self.tolerance:g} of the optimum"
 
     def assign(self, profile: ModelProfile, cost: CostModel, resources: ClusterResources):

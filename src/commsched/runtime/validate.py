@@ -17,9 +17,12 @@ with its defaults. Every rank, in lockstep:
    by one all-reduce in flight (c) and by two (c2); and, at four message sizes, k-chains of
    all-reduces launched at the start of a backward pass against the same alone: the per-size
    factor of an all-reduce under compute (``under_compute``, LIBRA's p(c, r) depending on the
-   message size c), which also holds the per-call costs as the runtime issues them;
+   message size c), which also holds the per-call costs as the runtime issues them; and a
+   backward pass of stock DDP with one bucket per gradient: what launching a bucket from the
+   backward pass costs compute (``launch_compute_s``, :func:`launch_cost`);
 4. scores every strategy under those semantics; ``optimal`` plans for them (to within 1% of the
-   optimum, or the serial optimum where a gain or c2 is used);
+   serial run's optimum without launch costs, then the best of that, the plain optimum and one
+   bucket under the measured semantics: :class:`~commsched.planners.Optimal`);
 5. trains every strategy and stock DDP, interleaved round by round (A B C ... B C A ..., the order
    rotated each round), each from the same weights; speedups over stock DDP are paired by round;
    each round also repeats the profile steps and one probe of step 3 (with the cost table's own
@@ -54,7 +57,7 @@ from commsched.cost.cluster import ClusterSpec
 from commsched.cost.models import Table
 from commsched.cost.fit import nondecreasing_points
 from commsched.errors import CommschedError
-from commsched.planners import DDP, STRATEGIES, SyncEASGD, make_plan, planner_for
+from commsched.planners import DDP, STRATEGIES, WFBP, SyncEASGD, make_plan, planner_for
 from commsched.runtime.bench_comm import CommSamples
 from commsched.sim.contention import simulate_run
 from commsched.sim.semantics import GLOO_DEFAULT_THREADS, Semantics
@@ -191,6 +194,62 @@ def table_cost(samples: CommSamples, gain: float = 0.0, threads: int = 1) -> Tab
 # --- probes: contention and concurrency -----------------------------------------------------------
 
 
+class _LaunchSteps:
+    """Stock DDP with one bucket per gradient (``wfbp``'s plan), recorded: what launching buckets
+    from the backward pass costs compute (the semantics' ``launch_compute_s``). :meth:`sample` runs
+    one forward and backward pass (no optimizer) and returns (backward s, time some all-reduce was
+    in flight during it, buckets launched while compute had work left), timed from the end of the
+    forward pass to the last gradient."""
+
+    def __init__(self, order: ModelProfile, model: nn.Module, inputs: tuple, loss_fn) -> None:
+        from commsched.runtime.ddp import ddp_options
+        from commsched.runtime.record import StepRecorder
+
+        self.model = copy.deepcopy(model)
+        plan = make_plan(WFBP(), order, Table((1, 2), (1.0, 1.0)))
+        self.ddp = nn.parallel.DistributedDataParallel(self.model, **ddp_options(plan, self.model))
+        self.recorder = StepRecorder(self.ddp, order=order.names)
+        self.inputs, self.loss_fn = inputs, loss_fn
+        for _ in range(2):  # the first builds DDP's buckets in ready order
+            self.sample()
+
+    def sample(self) -> tuple[float, float, int]:
+        from commsched.runtime.record import union_of
+
+        self.ddp.zero_grad(set_to_none=True)
+        dist.barrier()  # before the forward, as in training (the record's times are the step's own)
+        self.loss_fn(self.ddp(*self.inputs)).backward()
+        r = self.recorder.records[-1]
+        self.recorder.records.clear()
+        t0, t1 = r.forward_end_s, max((x for x in r.ready_s if x == x), default=r.forward_end_s)  # NaN: no gradient
+        spans = [(max(a, t0), min(b, t1)) for a, b in zip(r.bucket_start_s, r.bucket_end_s) if b > t0 and a < t1]
+        # the last gradient's bucket is launched after compute: the others while it had work left
+        mine = (t1 - t0, sum(b - a for a, b in union_of(spans)), max(0, len(r.bucket_start_s) - 1))
+        # a synchronous step waits for its slowest rank, and the profile is the slowest rank's: so is this
+        return max(_gather(mine), key=lambda x: x[0])
+
+
+def launch_cost(samples: list[dict], compute_slowdown: float, backward_s: float) -> float:
+    """The semantics' ``launch_compute_s`` e: compute's work per bucket launched from the backward
+    pass beyond what the rate 1 / (1 + c) explains, from :class:`_LaunchSteps`' samples (key
+    ``launches``): a pass of u seconds with an all-reduce in flight for fl of them did
+    (u - fl) + fl / (1 + c) of work, ``backward_s`` (the profile's, measured in stock DDP with one
+    bucket: the same copies into buckets, no launch while compute runs) plus n e. Both are the
+    slowest rank's. Medians over samples; 0 without such samples (reports from before it was
+    measured) or when the extra work comes out negative. Inside the rounds the profile steps run
+    just before each probe; before the rounds the profile was measured a minute or two before the
+    probes, so e there also carries the machine's drift between them."""
+    got = [s["launches"] for s in samples if s.get("launches")]
+    if not got:
+        return 0.0
+    n = statistics.median(x[2] for x in got)
+    if n <= 0:
+        return 0.0
+    outside = statistics.median(u - fl for u, fl, _ in got)
+    inside = statistics.median(fl for _, fl, _ in got)
+    return max(0.0, (outside + inside / (1.0 + compute_slowdown) - backward_s) / n)
+
+
 class _Probe:
     """One :meth:`sample` measures, interleaved so that drift hits them alike (every rank in lockstep):
 
@@ -204,13 +263,16 @@ class _Probe:
       of a backward pass (k sized so the chain takes about a third of the backward pass);
     - for each gain size: one all-reduce alone and two launched together;
     - at each probe size, the cost table's own measurement (:func:`bench_chains`' chain), so the
-      table measured before the rounds can be brought to the rounds' minutes (:func:`drifted`).
+      table measured before the rounds can be brought to the rounds' minutes (:func:`drifted`);
+    - with ``launches`` (a :class:`_LaunchSteps`), one of its passes: what launching buckets from
+      the backward pass costs compute (:func:`launch_cost`).
 
     Each forward runs first, untimed, and ranks meet at a barrier before each timed part.
     """
 
-    def __init__(self, model: nn.Module, inputs: tuple, loss_fn, cost: Table, max_bytes: int) -> None:
+    def __init__(self, model: nn.Module, inputs: tuple, loss_fn, cost: Table, max_bytes: int, launches: _LaunchSteps | None = None) -> None:
         self.model, self.inputs, self.loss_fn = copy.deepcopy(model), inputs, loss_fn
+        self.launches = launches
         self._backward(self._forward())
         backward = max(_max_over_ranks([statistics.median(self._backward(self._forward()) for _ in range(3))]))
         per_byte = max(cost.time_s(64 * MIB) - cost.time_s(MIB), 1e-12) / (63 * MIB)
@@ -285,6 +347,8 @@ class _Probe:
             one = _chain_s([a])
             dist.barrier()
             out[f"pair_{s}"] = (one, _chain_s([a, b]))
+        if self.launches is not None:
+            out["launches"] = self.launches.sample()
         return out
 
     def report(self, samples: list[dict], resamples: int, threads: int) -> dict:
@@ -445,9 +509,10 @@ def drifted(cost: Table, anchors: dict[int, float]) -> Table:
     return Table(cost.bytes, tuple(float(t * f) for t, f in zip(cost.seconds, scale)))
 
 
-def semantics_of(contention: dict, backend: str) -> Semantics:
+def semantics_of(contention: dict, backend: str, launch_compute_s: float = 0.0) -> Semantics:
     """The measured semantics: the per-size factor under compute stands for both the rate slowdown
-    and the per-call term of :mod:`commsched.sim.semantics` (m and d stay 0: one model, not two)."""
+    and the per-call term of :mod:`commsched.sim.semantics` (m and d stay 0: one model, not two);
+    ``launch_compute_s`` is :func:`launch_cost` (it needs the profile as well as the probes)."""
     threads = contention["threads"] if backend == "gloo" else 1
     return Semantics(
         "gloo" if backend == "gloo" else "nccl",
@@ -458,7 +523,16 @@ def semantics_of(contention: dict, backend: str) -> Semantics:
         0.0,
         contention["compute_slowdown_concurrent"] if threads > 1 else None,
         tuple((b, f) for b, f in contention["under_compute"]),
+        launch_compute_s,
     )
+
+
+def measured_semantics(samples: list[dict], contention: dict, backend: str, profile: ModelProfile) -> Semantics:
+    """:func:`semantics_of` with the launch cost of these probe samples against ``profile``'s
+    backward pass; e is measured while buckets keep two all-reduces in flight, so against c2."""
+    sem = semantics_of(contention, backend)
+    e = launch_cost(samples, sem.compute_slowdown_many, sum(t.backward_s for t in profile.tensors))
+    return replace(sem, launch_compute_s=e)
 
 
 # --- the compute profile ------------------------------------------------------------------------
@@ -615,10 +689,11 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
     cluster, fit = _broadcast_obj((cluster, fit))  # every rank sizes probes and plans with rank 0's numbers
 
     say("3/5 measuring the runtime: concurrency, compute under an all-reduce, all-reduces under compute")
-    probe = _Probe(base, inputs, loss_fn, cluster.allreduce, max_bytes)
-    contention_before = probe.report(_pooled(_gather([probe.sample() for _ in range(cfg.probe_iters)])), cfg.resamples, threads)
+    probe = _Probe(base, inputs, loss_fn, cluster.allreduce, max_bytes, _LaunchSteps(order, base, inputs, loss_fn))
+    samples_before = _pooled(_gather([probe.sample() for _ in range(cfg.probe_iters)]))
+    contention_before = probe.report(samples_before, cfg.resamples, threads)
     contention_before = _broadcast_obj(contention_before)
-    sem_before = semantics_of(contention_before, backend)
+    sem_before = _broadcast_obj(measured_semantics(samples_before, contention_before, backend, profile_before))
     if sem_before.concurrency_gain:  # the chains ran two at a time: back to one alone
         cluster = replace(cluster, allreduce=table_cost(samples, sem_before.concurrency_gain, threads))
 
@@ -747,7 +822,7 @@ def predictions(
     profile = steps_table.profile()
     ends_of = {name: ends_of_plan(profile, plan) for name, plan in plans.items()}
     ends_of[STOCK] = DDP().ends(profile, cluster.allreduce)  # stock DDP's own buckets
-    semantics = semantics_of(contention, backend)
+    semantics = measured_semantics(probes, contention, backend, profile)
     # predictions use the table brought to the rounds' minutes (the plans were made from the table as measured)
     cost_in_rounds = drifted(cluster.allreduce, anchors_of(probes))
     intervals = error_intervals(steps_table, probes, ends_of, cluster, measured, resamples, backend, threads)
@@ -861,7 +936,7 @@ def error_intervals(
     for _ in range(resamples):
         profile = steps.profile([rng.randrange(k) for _ in range(k)])
         pick = [probes[rng.randrange(p)] for _ in range(p)]
-        sem = semantics_of(contention_of(pick, 0, threads, decided=decided), backend)
+        sem = measured_semantics(pick, contention_of(pick, 0, threads, decided=decided), backend, profile)
         cost = drifted(cluster.allreduce, anchors_of(pick))
         for name, ends in ends_of.items():
             ts = measured[name]
@@ -892,7 +967,8 @@ def _describe(sem: Semantics) -> str:
     under = ", ".join(f"{_size(b)} x{f:.2f}" for b, f in sem.under_compute) or "x1"
     return (
         f"{sem.backend} ({sem.threads} thread{'s' if sem.threads > 1 else ''}, gain {sem.concurrency_gain:.2f}), "
-        f"compute {sem.compute_slowdown:+.0%} under an all-reduce{two}, all-reduces under compute {under}"
+        f"compute {sem.compute_slowdown:+.0%} under an all-reduce{two}, all-reduces under compute {under}, "
+        f"{sem.launch_compute_s * 1e6:.0f} us of compute per launch"
     )
 
 

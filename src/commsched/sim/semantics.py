@@ -27,17 +27,33 @@ Contention (LIBRA's g(b, r) in its simplest measured form, with a per-call term)
 - ``comm_slowdown`` m: while backward compute runs, an all-reduce progresses at 1 / (1 + m);
 - ``call_overhead_s`` d: an all-reduce launched while backward compute still has work to do costs
   d more seconds of its own work;
-- ``under_compute``: a table of (message bytes, factor): an all-reduce of b bytes launched while
-  backward compute still has work to do costs factor(b) x T(b) of work, the factor interpolated
-  linearly in log2(b) between the points and flat beyond them (empty: 1). This is the size
-  dependence of LIBRA's p(c, r) in the message size c, as ``validate`` measures it: chains of
-  all-reduces of one size launched at the start of a backward pass against the same alone. On the
-  emulated cluster small all-reduces came out *faster* under compute (16 KiB: 0.40-0.75, the
-  rank's core never idles, so its wake-ups are quicker) and 1 MiB ones slower (1.14-1.28)
-  (BENCHMARKS.md); no single factor or (1 + m)(T + d) form fits both.
+- ``launch_compute_s`` e: an all-reduce launched while backward compute still has work to do costs
+  compute e more seconds of work, right after the launch (at the rates above). DDP's reducer
+  launches a bucket from the backward pass, and on the emulated cluster stock DDP with one bucket
+  per gradient slowed mobilenet_v2's backward pass about twice as much as one long all-reduce or a
+  chain of 16 KiB ones in flight (``benchmarks/tail_rate.py``, BENCHMARKS.md): a cost per launch,
+  not per second in flight.
+  ``validate`` measures e from stock DDP with one bucket per gradient against one bucket;
+- ``under_compute``: a table of (message bytes, factor): while backward compute runs, an
+  all-reduce of b bytes progresses at 1 / factor(b) of its speed alone (on top of 1 / (1 + m)),
+  the factor interpolated linearly in log2(b) between the points and flat beyond them (empty: 1).
+  This is the size dependence of LIBRA's p(c, r) in the message size c, as ``validate`` measures
+  it: chains of all-reduces of one size launched at the start of a backward pass against the same
+  alone. On the emulated cluster small all-reduces came out *faster* under compute (16 KiB:
+  0.40-0.75, the rank's core never idles, so its wake-ups are quicker) and 1 MiB ones slower
+  (1.14-1.28) (BENCHMARKS.md); no single factor or (1 + m)(T + d) form fits both.
 
-Because the factor and d are charged as work when a bucket is launched, every rate in the run
-depends only on whether something is in flight: what :attr:`Semantics.serial_equivalent` needs.
+The factor acts only while compute runs, like m: measured, 16 KiB all-reduces still queued when a
+backward pass ended went at their speed alone (``benchmarks/tail_rate.py``). (Until issue 11's
+last change it was charged whole when a bucket was launched under compute, so the buckets of a
+many-bucket plan queued past the end of backward kept their under-compute speed; with that and
+without e, mobilenet_v2's 158-bucket plan was predicted 8% short, with both changes -1.2%,
+BENCHMARKS.md.)
+
+With gain 0, c2 = c and one factor for every size, every rate in the run depends only on whether
+something is in flight: what :attr:`Semantics.serial_equivalent` needs. Factors that differ by
+size break it: on gloo's threads a small all-reduce beside a large one under compute goes at its
+own (faster) speed, which one after the other it cannot.
 """
 
 from __future__ import annotations
@@ -70,6 +86,7 @@ class Semantics:
     call_overhead_s: float = 0.0
     compute_slowdown_concurrent: float | None = None
     under_compute: tuple[tuple[int, float], ...] = ()
+    launch_compute_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.backend not in ("nccl", "gloo"):
@@ -81,6 +98,7 @@ class Semantics:
         _check("concurrency_gain", self.concurrency_gain, 1.0)
         _check("compute_slowdown", self.compute_slowdown, 1e3)
         _check("comm_slowdown", self.comm_slowdown, 1e3)
+        _check("launch_compute_s", self.launch_compute_s, 1e3)
         _check("call_overhead_s", self.call_overhead_s, 1e3)
         if self.compute_slowdown_concurrent is not None:
             _check("compute_slowdown_concurrent", self.compute_slowdown_concurrent, 1e3)
@@ -100,16 +118,18 @@ class Semantics:
 
     @property
     def contended(self) -> bool:
-        return bool(self.compute_slowdown or self.comm_slowdown or self.call_overhead_s or self.under_compute)
+        return bool(self.compute_slowdown or self.comm_slowdown or self.call_overhead_s or self.under_compute or self.launch_compute_s)
 
     @property
     def serial_equivalent(self) -> bool:
         """True when the iteration is the serial (nccl) one: one thread, or several that share the
-        link without gain and slow compute no more than one does. Then the total work in flight
+        link without gain, slow compute no more than one does and slow down alike under compute
+        (one ``under_compute`` factor for every size). Then the total work in flight
         evolves exactly as with one thread (the rates depend only on whether anything is in
         flight), so bucket end times may differ but the last one, the end of compute and hence the
         iteration time do not (a property test checks it)."""
-        return self.threads == 1 or (self.concurrency_gain == 0.0 and self.compute_slowdown_many == self.compute_slowdown)
+        uniform = len({f for _, f in self.under_compute}) <= 1
+        return self.threads == 1 or (self.concurrency_gain == 0.0 and self.compute_slowdown_many == self.compute_slowdown and uniform)
 
     def to_json(self) -> dict:
         doc = asdict(self)
