@@ -32,7 +32,9 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from commsched.models.zoo import build_model, example_input, training_loss
+from _rounds import interleaved, setup
+
+from commsched.models.zoo import training_loss
 from commsched.runtime.lifecycle import end_process_group
 from commsched.runtime.record import StepRecorder, union_of
 
@@ -46,11 +48,7 @@ def in_flight(spans: list[list[float]], start: float, end: float) -> float:
 
 
 def main() -> None:
-    name, batch, image, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]) or None, int(sys.argv[4])
-    dist.init_process_group("gloo")
-    torch.manual_seed(0)
-    model = build_model(name)
-    inputs = example_input(name, batch, image)
+    name, batch, image, rounds, model, inputs = setup(sys.argv)
     params = [p for p in model.parameters() if p.requires_grad]
     n = len(params)
     small = [torch.zeros(SMALL // 4) for _ in range(n)]
@@ -142,14 +140,7 @@ def main() -> None:
         return t1 - t0, in_flight(spans, t0, t1), last - t0, [r - t0 for r in ready]
 
     kinds = ["alone", "long", "spaced", "chained", "one call", "ddp"]
-    for k in kinds:
-        timed(k)  # warm-up
-    got: dict[str, list[tuple]] = {k: [] for k in kinds}
-    for r in range(rounds):
-        for k in kinds[r % len(kinds):] + kinds[: r % len(kinds)]:
-            got[k].append(timed(k))
-    everyone = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, got)
+    everyone = interleaved(timed, kinds, rounds)
     if dist.get_rank() == 0:
         # per round, the slowest rank's pass (and that rank's time in flight)
         worst = {k: [max((g[k][i] for g in everyone), key=lambda x: x[0]) for i in range(rounds)] for k in kinds if k != "one call"}

@@ -33,7 +33,9 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from commsched.models.zoo import build_model, example_input, training_loss
+from _rounds import interleaved, setup
+
+from commsched.models.zoo import training_loss
 from commsched.runtime.lifecycle import end_process_group
 from commsched.runtime.record import StepRecorder
 
@@ -58,11 +60,7 @@ def per_call(ends: list[float], start: float, stop: float) -> tuple[float, int]:
 
 
 def main() -> None:
-    name, batch, image, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]) or None, int(sys.argv[4])
-    dist.init_process_group("gloo")
-    torch.manual_seed(0)
-    model = build_model(name)
-    inputs = example_input(name, batch, image)
+    name, batch, image, rounds, model, inputs = setup(sys.argv)
 
     def backward_alone() -> float:
         loss = training_loss(name, model(*inputs))
@@ -146,14 +144,7 @@ def main() -> None:
         return float("nan"), after, k_after, t1 - r.forward_end_s, 0
 
     kinds = ["alone", "under", "ddp", "backward", "long", "ddp1"]
-    for k in kinds:
-        timed(k)
-    got: dict[str, list[tuple]] = {k: [] for k in kinds}
-    for r in range(rounds):
-        for k in kinds[r % len(kinds) :] + kinds[: r % len(kinds)]:
-            got[k].append(timed(k))
-    everyone = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, got)
+    everyone = interleaved(timed, kinds, rounds)
     if dist.get_rank() == 0:
 
         def stat(kind: str, field: int) -> str:

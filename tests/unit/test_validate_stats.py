@@ -208,3 +208,13 @@ def test_measured_semantics_carry_the_launch_cost_against_the_profile():
     prof = ModelProfile("m", 1, "cpu", "measured", 0.1, (TensorSpec("a", 4, 0.3), TensorSpec("b", 4, 0.3)))
     sem = measured_semantics(samples, contention, "gloo", prof)
     assert sem.launch_compute_s == pytest.approx((0.5 + 0.5 / (1 + c) - 0.6) / 4)
+
+
+def test_launch_cost_is_measured_against_c2_where_two_in_flight_slow_compute_more():
+    # on gloo's two threads one bucket per gradient keeps two all-reduces in flight: the rate is c2's
+    samples = [{**probe(), "launches": (1.0, 0.5, 4)} for _ in range(3)]
+    contention = {**contention_of(samples, threads=2), "compute_slowdown_concurrent": 2.0}
+    prof = ModelProfile("m", 1, "cpu", "measured", 0.1, (TensorSpec("a", 4, 0.3), TensorSpec("b", 4, 0.3)))
+    sem = measured_semantics(samples, contention, "gloo", prof)
+    assert sem.threads == 2 and sem.compute_slowdown_many == 2.0
+    assert sem.launch_compute_s == pytest.approx((0.5 + 0.5 / 3.0 - 0.6) / 4)
