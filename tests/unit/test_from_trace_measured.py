@@ -106,9 +106,27 @@ def compare(out_dir: str) -> dict:
 
 
 def test_trace_profile_agrees_with_measure_profile(tmp_path):
+    # A timing comparison on a shared 2-core machine: a second, independent run is made when the
+    # first misses, and the test fails only when both miss (one miss was seen in ~20 runs: forward
+    # 1.17, 28 against 36 ms, while the backward agreed within 5%).
+    for attempt in (1, 2):
+        ratios, report = _trace_against_measure(tmp_path / f"run{attempt}")
+        fwd_ratio, bwd_ratio, l1_share = ratios
+        ok = abs(fwd_ratio - 1.0) <= 0.10 and abs(bwd_ratio - 1.0) <= 0.10 and l1_share < 0.15
+        if ok:
+            break
+    assert fwd_ratio == pytest.approx(1.0, abs=0.10), report
+    assert bwd_ratio == pytest.approx(1.0, abs=0.10), report
+    # per tensor the two clocks see the same backward: the bulk of it lands on the same tensors
+    assert l1_share < 0.15, report
+
+
+def _trace_against_measure(out: Path) -> tuple[tuple[float, float, float], str]:
+    """One interleaved comparison in a child process: (forward, backward, per-tensor share), report."""
+    out.mkdir(parents=True)
     code = "import json, sys\nfrom tests.unit.test_from_trace_measured import compare\nprint(json.dumps(compare(sys.argv[1])))"
     r = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path)],
+        [sys.executable, "-c", code, str(out)],
         env={**os.environ, **MALLOC_ENV}, cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert r.returncode == 0, r.stderr[-4000:]
@@ -139,7 +157,4 @@ def test_trace_profile_agrees_with_measure_profile(tmp_path):
     print(report)
     if spread > MAX_MEASURE_SPREAD:
         pytest.skip(f"the machine changed speed during the test, timing comparison not made: {report}")
-    assert fwd_ratio == pytest.approx(1.0, abs=0.10), report
-    assert bwd_ratio == pytest.approx(1.0, abs=0.10), report
-    # per tensor the two clocks see the same backward: the bulk of it lands on the same tensors
-    assert l1_share < 0.15, report
+    return (fwd_ratio, bwd_ratio, l1_share), report
