@@ -18,30 +18,44 @@ PLAN_SCHEMA = "commsched.plan/v1"
 
 def read_json(path: str | Path) -> object:
     p = Path(path)
+    doc = parse_json(read_bytes(p, "a JSON file"), p, "a JSON file")
+    _check_unicode(p, doc)
+    return doc
+
+
+def read_bytes(path: str | Path, expected: str) -> bytes:
+    """The file's bytes; a missing, unreadable or impossible path is an error that names it and says
+    what was ``expected`` there."""
+    p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise CommschedError(f"{p}: not UTF-8 text (byte {e.start}); expected a JSON file") from None
+        return p.read_bytes()
     except FileNotFoundError:
         raise CommschedError(f"{p}: no such file") from None
     except IsADirectoryError:
-        raise CommschedError(f"{p}: is a directory, expected a JSON file") from None
+        raise CommschedError(f"{p}: is a directory, expected {expected}") from None
     except OSError as e:
         raise CommschedError(f"{p}: cannot read ({e.strerror})") from None
     except ValueError as e:  # a path no file can have (an embedded NUL byte)
         raise CommschedError(f"{shown(str(p))}: not a usable path ({e})") from None
+
+
+def parse_json(raw: bytes, p: Path, expected: str) -> object:
+    """``raw`` (UTF-8 JSON read from ``p``) parsed; every way it can be malformed is an error that
+    names ``p``."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CommschedError(f"{p}: not UTF-8 text (byte {e.start}); expected {expected}") from None
     try:
         # NaN and Infinity tokens (which Python's json accepts) are read as floats and rejected by
         # the field they stand in, so the error names the field
-        doc = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as e:
         raise CommschedError(f"{p}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
     except RecursionError:
         raise CommschedError(f"{p}: JSON nested too deeply") from None
     except ValueError as e:  # an integer literal of more than 4300 digits (int_max_str_digits)
         raise CommschedError(f"{p}: unreadable JSON number: {str(e).splitlines()[0]}") from None
-    _check_unicode(p, doc)
-    return doc
 
 
 def _check_unicode(p: Path, doc: object) -> None:

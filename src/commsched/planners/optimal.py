@@ -195,12 +195,12 @@ class Optimal:
         sem = self.semantics
         sizes = [t.bytes for t in profile.tensors]
         plain, _ = optimal_ends(profile.ready_s, sizes, cost)
-        work = [t.backward_s for t in profile.tensors]
         best = plain if not sem.contended else self._serial_optimum(profile, cost, plain)
         if sem.serial_equivalent and not sem.launch_compute_s:
             return best
         # the serial optimum is not the runtime's: score the candidates as the runtime runs them
-        return min((simulate_run(profile, e, cost, sem).iteration_s, len(e), e) for e in {best, plain, (len(work),)})[2]
+        one = (len(profile.tensors),)
+        return min((simulate_run(profile, e, cost, sem).iteration_s, len(e), e) for e in {best, plain, one})[2]
 
     def _serial_optimum(self, profile: ModelProfile, cost: CostModel, plain: tuple[int, ...]) -> tuple[int, ...]:
         """The optimum of the serial run under this contention, without launch costs (what

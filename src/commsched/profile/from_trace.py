@@ -77,7 +77,6 @@ from __future__ import annotations
 
 import bisect
 import gzip
-import json
 import math
 import statistics
 from collections import Counter, defaultdict
@@ -90,6 +89,7 @@ from commsched.cost.cluster import ClusterSpec
 from commsched.cost.models import Table
 from commsched.cost.fit import nondecreasing_points
 from commsched.errors import CommschedError
+from commsched.io import parse_json, read_bytes
 from commsched.types import MAX_BYTES, MAX_SECONDS, ModelProfile, TensorSpec, shown
 
 __all__ = [
@@ -247,27 +247,13 @@ class TraceProfile:
 def load_trace(path: str | Path) -> dict:
     """A Chrome trace file (``.json`` or gzip-compressed, as ``tensorboard_trace_handler`` writes it)."""
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise CommschedError(f"{p}: no such file") from None
-    except IsADirectoryError:
-        raise CommschedError(f"{p}: is a directory, expected a Chrome trace JSON file") from None
-    except OSError as e:
-        raise CommschedError(f"{p}: cannot read ({e.strerror})") from None
+    raw = read_bytes(p, "a Chrome trace JSON file")
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = gzip.decompress(raw)
         except (OSError, EOFError) as e:
             raise CommschedError(f"{p}: corrupt gzip data ({e})") from None
-    try:
-        doc = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise CommschedError(f"{p}: not UTF-8 text (byte {e.start}); expected a Chrome trace JSON file") from None
-    except json.JSONDecodeError as e:
-        raise CommschedError(f"{p}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
-    except (RecursionError, ValueError) as e:
-        raise CommschedError(f"{p}: unreadable JSON ({type(e).__name__})") from None
+    doc = parse_json(raw, p, "a Chrome trace JSON file")
     _check_chrome_trace(doc, str(p))
     return doc
 
