@@ -37,9 +37,10 @@ from _rounds import interleaved, setup
 
 from commsched.models.zoo import training_loss
 from commsched.runtime.lifecycle import end_process_group
-from commsched.runtime.record import StepRecorder
+from commsched.runtime.record import StepRecorder, union_of
 
 SMALL = 16 * 1024
+FIRST = 32  # validate's probe chains: the calls at the start of the pass
 
 
 def chain(bufs: list[torch.Tensor]) -> tuple:
@@ -132,16 +133,21 @@ def main() -> None:
                 f.wait()
             during, k_during = per_call(ends, t0, t1)
             after, k_after = per_call(ends, t1, max(ends))
-            return during, after, k_after, t1 - t0, k_during
+            first = sorted(ends)[FIRST - 1] - t0 if len(ends) >= FIRST else float("nan")
+            return during, after, k_after, t1 - t0, k_during, first / FIRST
         net, rec = (ddp, recorder) if kind == "ddp" else (one, one_recorder)
         net.zero_grad(set_to_none=True)
         dist.barrier()  # before the forward, as in training: the pass is timed from the forward's end
         training_loss(name, net(*inputs)).backward()
         r = rec.records[-1]
         rec.records.clear()
-        t1 = max(x for x in r.ready_s if x == x)  # NaN: a parameter without a gradient
+        t0, t1 = r.forward_end_s, max(x for x in r.ready_s if x == x)  # NaN: a parameter without a gradient
         after, k_after = per_call(list(r.bucket_end_s), t1, max(r.bucket_end_s))
-        return float("nan"), after, k_after, t1 - r.forward_end_s, 0
+        # while the pass runs: time some bucket was in flight over the buckets that ended in it
+        spans = [(max(a, t0), min(b, t1)) for a, b in zip(r.bucket_start_s, r.bucket_end_s) if b > t0 and a < t1]
+        k_during = sum(t0 < b <= t1 for b in r.bucket_end_s)
+        during = sum(b - a for a, b in union_of(spans)) / k_during if k_during else float("nan")
+        return during, after, k_after, t1 - t0, k_during
 
     kinds = ["alone", "under", "ddp", "backward", "long", "ddp1"]
     everyone = interleaved(timed, kinds, rounds)
@@ -166,6 +172,9 @@ def main() -> None:
         print(f"  under a backward pass: per call while it runs {stat('under', 0)}, after it {stat('under', 1)}"
               f" ({statistics.median(g['under'][i][2] for g in everyone for i in range(rounds)):.0f} calls after;"
               f" backward {stat('under', 3)})")
+        print(f"  under a backward pass: per call of its first {FIRST} calls {stat('under', 5)}")
+        print(f"  stock DDP, one bucket per gradient: per call while the pass runs (time in flight over buckets ended) {stat('ddp', 0)}"
+              f" ({statistics.median(g['ddp'][i][4] for g in everyone for i in range(rounds)):.0f} buckets)")
         print(f"  stock DDP, one bucket per gradient: per call after the last gradient {stat('ddp', 1)}"
               f" ({statistics.median(g['ddp'][i][2] for g in everyone for i in range(rounds)):.0f} buckets after;"
               f" backward {stat('ddp', 3)})")

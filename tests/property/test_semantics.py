@@ -95,6 +95,7 @@ uniform_tables = st.one_of(st.just(()), st.tuples(st.floats(0.3, 2.0), st.intege
 
 @given(profiles(max_tensors=30), costs, st.sampled_from(sorted(STRATEGIES)), factors, factors, overheads, st.integers(2, 4), uniform_tables, overheads)
 def test_gloo_threads_sharing_the_link_end_when_the_serial_run_ends(profile, cost, name, cs, ms, d, threads, table, e):
+    d = 0.0  # d / T(b) differs by size: not serial-equivalent (test below)
     assert Semantics("gloo", threads, 0.0, cs, ms, d, None, table, e).serial_equivalent
     ends = STRATEGIES[name].ends(profile, cost)
     serial = simulate_run(profile, ends, cost, Semantics(compute_slowdown=cs, comm_slowdown=ms, call_overhead_s=d, under_compute=table, launch_compute_s=e))
@@ -147,11 +148,18 @@ def test_hand_worked_gloo_sharing():
     assert [(s.start_s, s.end_s) for s in tl.allreduces] == [(1.0, 3.0), (1.0, 3.0), (3.0, 5.0)]
 
 
-def test_call_overhead_applies_to_buckets_launched_while_compute_has_work_left():
-    # a (1 s of backward) then b (1 s): bucket a launched during compute pays d, bucket b does not
+def test_call_overhead_acts_only_while_compute_runs():
+    # a (1 s of backward) then b (1 s): bucket a, launched at 2 while b computes, takes T + d there
+    # (factor 1 + d / T); bucket b, launched after compute, takes T
     p = ModelProfile("m", 1, "d", "estimated", 1.0, (TensorSpec("a", 10, 1.0), TensorSpec("b", 10, 1.0)))
     tl = simulate_run(p, (1, 2), AlphaBeta(0.5, 0.0), Semantics(call_overhead_s=0.25))
     assert [(s.start_s, s.end_s) for s in tl.allreduces] == [(2.0, 2.75), (3.0, 3.5)]
+    # T = 1, d = 0.5: factor 1.5 until compute ends at 3 (2/3 of a done), the last third alone: 3 + 1/3;
+    # b then waits for the stream and takes 1
+    tl = simulate_run(p, (1, 2), AlphaBeta(1.0, 0.0), Semantics(call_overhead_s=0.5))
+    assert [(s.start_s, s.end_s) for s in tl.allreduces] == [(2.0, pytest.approx(3 + 1 / 3)), (pytest.approx(3 + 1 / 3), pytest.approx(4 + 1 / 3))]
+    # d makes the factor differ by size: two threads end otherwise than one stream, so not serial-equivalent
+    assert not Semantics("gloo", 2, call_overhead_s=0.5).serial_equivalent and Semantics("gloo", 2).serial_equivalent
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,18 @@ import pytest
 from commsched.cost.cluster import ClusterSpec
 from commsched.cost.models import AlphaBeta
 from commsched.errors import CommschedError
-from commsched.runtime.validate import ProfileSteps, ValidationConfig, contention_of, error_intervals, launch_cost, measured_semantics
+from commsched.runtime.validate import (
+    ProfileSteps,
+    ValidationConfig,
+    call_overhead,
+    contention_of,
+    error_intervals,
+    launch_cost,
+    measured_semantics,
+    running_times,
+)
 from commsched.sim.contention import simulate_contended
+from commsched.sim.semantics import Semantics
 from commsched.types import ModelProfile, TensorSpec
 
 
@@ -206,7 +216,7 @@ def test_measured_semantics_carry_the_launch_cost_against_the_profile():
     contention = contention_of(samples, threads=1)
     c = contention["compute_slowdown"]
     prof = ModelProfile("m", 1, "cpu", "measured", 0.1, (TensorSpec("a", 4, 0.3), TensorSpec("b", 4, 0.3)))
-    sem = measured_semantics(samples, contention, "gloo", prof)
+    sem = measured_semantics(samples, contention, "gloo", prof, AlphaBeta(1e-3, 0.0))
     assert sem.launch_compute_s == pytest.approx((0.5 + 0.5 / (1 + c) - 0.6) / 4)
 
 
@@ -215,6 +225,40 @@ def test_launch_cost_is_measured_against_c2_where_two_in_flight_slow_compute_mor
     samples = [{**probe(), "launches": (1.0, 0.5, 4)} for _ in range(3)]
     contention = {**contention_of(samples, threads=2), "compute_slowdown_concurrent": 2.0}
     prof = ModelProfile("m", 1, "cpu", "measured", 0.1, (TensorSpec("a", 4, 0.3), TensorSpec("b", 4, 0.3)))
-    sem = measured_semantics(samples, contention, "gloo", prof)
+    sem = measured_semantics(samples, contention, "gloo", prof, AlphaBeta(1e-3, 0.0))
     assert sem.threads == 2 and sem.compute_slowdown_many == 2.0
     assert sem.launch_compute_s == pytest.approx((0.5 + 0.5 / 3.0 - 0.6) / 4)
+
+
+def test_running_times_count_at_most_the_threads():
+    # launched at 0, 0, 0 and 5; ends 2, 4, 6, 7; window [1, 6.5]; two threads: three launched run two
+    spans = [(0.0, 2.0), (0.0, 4.0), (0.0, 6.0), (5.0, 7.0)]
+    one, two = running_times(spans, 1.0, 6.5, 2)
+    # [1, 4]: 2 or 3 launched -> 2 running; [4, 5]: 1; [5, 6]: 2; [6, 6.5]: 1
+    assert two == pytest.approx(4.0) and one == pytest.approx(1.5)
+    assert running_times(spans, 1.0, 6.5, 1) == [pytest.approx(5.5)]
+    assert running_times([], 0.0, 1.0, 2) == [0.0, 0.0]
+
+
+def test_call_overhead_is_the_time_beyond_the_factor_per_bucket():
+    # T = 1 ms per bucket, factor 0.5 under compute; 10 buckets ended in the pass, which had one
+    # running for 4 ms and two for 3 ms: with gain 0, 7 ms of work against 10 x 0.5 ms -> 0.2 ms each
+    sem = Semantics("gloo", 2, 0.0, 1.0, 0.0, 0.0, None, ((16384, 0.5),))
+    cost = AlphaBeta(1e-3, 0.0)
+    got = [{"launches": (0.01, 0.007, 10, [0.004, 0.003], [16384] * 10)}] * 3
+    assert call_overhead(got, sem, cost) == pytest.approx(2e-4)
+    # with gain 1, two running do twice the work: 10 ms, 0.5 ms each beyond the factor
+    assert call_overhead(got, Semantics("gloo", 2, 1.0, 1.0, 0.0, 0.0, None, ((16384, 0.5),)), cost) == pytest.approx(5e-4)
+    # faster than the factor says: no negative cost; samples from before it was measured: 0
+    assert call_overhead([{"launches": (0.01, 0.007, 10, [0.002, 0.0], [16384] * 10)}], sem, cost) == 0.0
+    assert call_overhead([{"launches": (0.3, 0.2, 10)}, {"backward_s": 1.0}], sem, cost) == 0.0
+    assert call_overhead([{"launches": (0.3, 0.2, 10, [0.0, 0.0], [])}], sem, cost) == 0.0
+
+
+def test_measured_semantics_carry_the_call_overhead_against_the_cost_of_the_same_minutes():
+    samples = [{**probe(), "launches": (1.0, 0.5, 4, [0.01, 0.0], [4, 4, 4, 4])} for _ in range(3)]
+    contention = contention_of(samples, threads=2)
+    prof = ModelProfile("m", 1, "cpu", "measured", 0.1, (TensorSpec("a", 4, 0.3), TensorSpec("b", 4, 0.3)))
+    # 10 ms of work for 4 buckets of T = 1 ms at the probes' factor 1.2: 1.3 ms each beyond it
+    assert measured_semantics(samples, contention, "gloo", prof, AlphaBeta(1e-3, 0.0)).call_overhead_s == pytest.approx(1.3e-3)
+    assert measured_semantics(samples, contention, "gloo", prof, AlphaBeta(3e-3, 0.0)).call_overhead_s == 0.0

@@ -79,26 +79,25 @@ def contended_optimal_ends(
 ) -> tuple[tuple[int, ...], float]:
     """Bucket ends of an optimal bucketing under contention and the end of its last all-reduce.
 
-    ``slow_compute`` and ``slow_comm`` are the factors 1 + slowdown (>= 1); every bucket launched
-    while compute has work left (those ending at or before the last tensor with backward work) costs
-    T + ``call_overhead_s`` instead of T, and beside compute a bucket's all-reduce goes at
-    1 / (``slow_comm`` x ``under_compute(bytes)``) (``under_compute`` maps an array of sizes to
-    factors; None is 1; ``min_factor`` is a lower bound of it, for the pruning bounds), as
-    :mod:`commsched.sim.contention` does: that is T and m in every formula above for that bucket.
+    ``slow_compute`` and ``slow_comm`` are the factors 1 + slowdown (>= 1); beside compute a
+    bucket's all-reduce goes at 1 / (``slow_comm`` x (``under_compute(bytes)`` + ``call_overhead_s``
+    / T)) (``under_compute`` maps an array of sizes to factors; None is 1; ``min_factor`` is a lower
+    bound of it, for the pruning bounds), as :mod:`commsched.sim.contention` does: that is m in
+    every formula above for that bucket.
     A factor below 1 makes m < 1, and then :func:`front_search` orders states by f + kappa p
     instead of f (its docstring), so the proof holds. ``upper_bound_s``
     is the end time of any known bucketing; it only prunes, so when nothing beats it the result is
     empty (the caller keeps its bucketing). ``coarse_first``: :func:`certified` (off: the programme
     at ``tolerance`` alone, as the tests of its bound need).
     """
-    busy_to = max((i for i, x in enumerate(work_s) if x > 0), default=-1)  # see sim.contention.last_working
     c, m = float(slow_compute), float(slow_comm)
 
-    def option(k2: np.ndarray, nbytes: np.ndarray):
+    def option(_k2: np.ndarray, nbytes: np.ndarray):
         t = cost.times_s(nbytes)
-        if call_overhead_s:
-            t = np.where(k2 <= busy_to, t + call_overhead_s, t)
-        return t, (m * under_compute(nbytes) if under_compute is not None else m), c
+        under = under_compute(nbytes) if under_compute is not None else 1.0
+        if call_overhead_s:  # as the simulator: no d for an all-reduce that costs nothing
+            under = under + np.where(t > 0, call_overhead_s / np.where(t > 0, t, 1.0), 0.0)
+        return t, m * under, c
 
     # a factor below 1 makes all-reduces under compute cheaper: the bound on what is left shrinks
     # with it (the last all-reduce is launched after compute, so its bound stands)

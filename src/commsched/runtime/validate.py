@@ -19,7 +19,8 @@ with its defaults. Every rank, in lockstep:
    factor of an all-reduce under compute (``under_compute``, LIBRA's p(c, r) depending on the
    message size c), which also holds the per-call costs as the runtime issues them; and a
    backward pass of stock DDP with one bucket per gradient: what launching a bucket from the
-   backward pass costs compute (``launch_compute_s``, :func:`launch_cost`);
+   backward pass costs compute (``launch_compute_s``, :func:`launch_cost`), and what its buckets
+   take beyond their factor while the pass runs (``call_overhead_s``, :func:`call_overhead`);
 4. scores every strategy under those semantics; ``optimal`` plans for them (to within 1% of the
    serial run's optimum without launch costs, then the best of that, the plain optimum and one
    bucket under the measured semantics: :class:`~commsched.planners.Optimal`);
@@ -196,10 +197,12 @@ def table_cost(samples: CommSamples, gain: float = 0.0, threads: int = 1) -> Tab
 
 class _LaunchSteps:
     """Stock DDP with one bucket per gradient (``wfbp``'s plan), recorded: what launching buckets
-    from the backward pass costs compute (the semantics' ``launch_compute_s``). :meth:`sample` runs
-    one forward and backward pass (no optimizer) and returns (backward s, time some all-reduce was
-    in flight during it, buckets launched while compute had work left), timed from the end of the
-    forward pass to the last gradient."""
+    from the backward pass costs compute (the semantics' ``launch_compute_s``) and what they cost
+    beyond their factor while it runs (``call_overhead_s``). :meth:`sample` runs one forward and
+    backward pass (no optimizer) and returns, timed from the end of the forward pass to the last
+    gradient: (backward s, time some all-reduce was in flight during it, buckets launched while
+    compute had work left, the time with exactly 1, 2, ... all-reduces running from the start of
+    the pass to the last bucket that ended in it, the bytes of the buckets that ended in it)."""
 
     def __init__(self, order: ModelProfile, model: nn.Module, inputs: tuple, loss_fn) -> None:
         from commsched.runtime.ddp import ddp_options
@@ -210,6 +213,7 @@ class _LaunchSteps:
         self.ddp = nn.parallel.DistributedDataParallel(self.model, **ddp_options(plan, self.model))
         self.recorder = StepRecorder(self.ddp, order=order.names)
         self.inputs, self.loss_fn = inputs, loss_fn
+        self.threads = runtime_threads()
         for _ in range(2):  # the first builds DDP's buckets in ready order
             self.sample()
 
@@ -223,10 +227,57 @@ class _LaunchSteps:
         self.recorder.records.clear()
         t0, t1 = r.forward_end_s, max((x for x in r.ready_s if x == x), default=r.forward_end_s)  # NaN: no gradient
         spans = [(max(a, t0), min(b, t1)) for a, b in zip(r.bucket_start_s, r.bucket_end_s) if b > t0 and a < t1]
+        ended = [j for j, b in enumerate(r.bucket_end_s) if t0 < b <= t1]
+        t_e = max((r.bucket_end_s[j] for j in ended), default=t0)
         # the last gradient's bucket is launched after compute: the others while it had work left
-        mine = (t1 - t0, sum(b - a for a, b in union_of(spans)), max(0, len(r.bucket_start_s) - 1))
+        mine = (
+            t1 - t0,
+            sum(b - a for a, b in union_of(spans)),
+            max(0, len(r.bucket_start_s) - 1),
+            running_times(list(zip(r.bucket_start_s, r.bucket_end_s)), t0, t_e, self.threads),
+            [r.bucket_bytes[j] for j in ended],
+        )
         # a synchronous step waits for its slowest rank, and the profile is the slowest rank's: so is this
         return max(_gather(mine), key=lambda x: x[0])
+
+
+def running_times(spans: list[tuple[float, float]], start: float, end: float, threads: int) -> list[float]:
+    """Within [start, end], the time with exactly k = 1 .. ``threads`` all-reduces running, from
+    (launch, end) spans: a launched all-reduce waits in the runtime's FIFO queue until one of its
+    ``threads`` is free, so min(launched and unfinished, threads) run."""
+    events = sorted([(max(a, start), 1) for a, b in spans if b > start and a < end] + [(min(b, end), -1) for a, b in spans if b > start and a < end])
+    out = [0.0] * threads
+    n, t = 0, start
+    for when, step in events:
+        if n:
+            out[min(n, threads) - 1] += when - t
+        n, t = n + step, when
+    return out
+
+
+def call_overhead(samples: list[dict], semantics: Semantics, cost) -> float:
+    """The semantics' ``call_overhead_s`` d, from :class:`_LaunchSteps`' samples (key ``launches``):
+    how much longer than their factor under compute says stock DDP's buckets, launched one per
+    gradient from the backward pass, took while it ran.
+
+    From the start of the pass to the last bucket that ended in it, compute ran throughout, and
+    with k all-reduces running they did 1 + gain (k - 1) seconds of their work per second
+    (:mod:`commsched.sim.contention`), which under compute is (1 + m)(factor(b) T(b) + d) for a
+    bucket of b bytes: so the buckets that ended took that much, up to the work done by then on
+    the ones still running (at most one bucket's with gloo's two threads, none on one stream). d
+    is the rest over their count; the median over samples, and 0 when negative or not measured
+    (reports from before it was). ``cost`` is the cost table of the same minutes (the drifted one
+    inside the rounds); ``semantics`` gives the gain, m and the factors."""
+    vals = []
+    for s in samples:
+        got = s.get("launches")
+        if not got or len(got) < 5 or not got[4]:
+            continue
+        by_running, ended = got[3], np.asarray(got[4], dtype=np.float64)
+        work = sum(f * (1.0 + semantics.concurrency_gain * k) for k, f in enumerate(by_running))
+        expected = float(np.sum(np.asarray(semantics.factor_under_compute(ended)) * cost.times_s(ended)))
+        vals.append((work / (1.0 + semantics.comm_slowdown) - expected) / len(ended))
+    return max(0.0, statistics.median(vals)) if vals else 0.0
 
 
 def launch_cost(samples: list[dict], compute_slowdown: float, backward_s: float) -> float:
@@ -245,8 +296,8 @@ def launch_cost(samples: list[dict], compute_slowdown: float, backward_s: float)
     n = statistics.median(x[2] for x in got)
     if n <= 0:
         return 0.0
-    outside = statistics.median(u - fl for u, fl, _ in got)
-    inside = statistics.median(fl for _, fl, _ in got)
+    outside = statistics.median(x[0] - x[1] for x in got)
+    inside = statistics.median(x[1] for x in got)
     return max(0.0, (outside + inside / (1.0 + compute_slowdown) - backward_s) / n)
 
 
@@ -527,12 +578,13 @@ def semantics_of(contention: dict, backend: str, launch_compute_s: float = 0.0) 
     )
 
 
-def measured_semantics(samples: list[dict], contention: dict, backend: str, profile: ModelProfile) -> Semantics:
+def measured_semantics(samples: list[dict], contention: dict, backend: str, profile: ModelProfile, cost) -> Semantics:
     """:func:`semantics_of` with the launch cost of these probe samples against ``profile``'s
-    backward pass; e is measured while buckets keep two all-reduces in flight, so against c2."""
+    backward pass (e is measured while buckets keep two all-reduces in flight, so against c2) and
+    their per-call cost under compute against ``cost``, the cost table of the same minutes."""
     sem = semantics_of(contention, backend)
     e = launch_cost(samples, sem.compute_slowdown_many, sum(t.backward_s for t in profile.tensors))
-    return replace(sem, launch_compute_s=e)
+    return replace(sem, launch_compute_s=e, call_overhead_s=call_overhead(samples, sem, cost))
 
 
 # --- the compute profile ------------------------------------------------------------------------
@@ -693,9 +745,10 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
     samples_before = _pooled(_gather([probe.sample() for _ in range(cfg.probe_iters)]))
     contention_before = probe.report(samples_before, cfg.resamples, threads)
     contention_before = _broadcast_obj(contention_before)
-    sem_before = _broadcast_obj(measured_semantics(samples_before, contention_before, backend, profile_before))
+    sem_before = _broadcast_obj(measured_semantics(samples_before, contention_before, backend, profile_before, cluster.allreduce))
     if sem_before.concurrency_gain:  # the chains ran two at a time: back to one alone
         cluster = replace(cluster, allreduce=table_cost(samples, sem_before.concurrency_gain, threads))
+        sem_before = _broadcast_obj(replace(sem_before, call_overhead_s=call_overhead(samples_before, sem_before, cluster.allreduce)))
 
     say(f"4/5 planning every strategy for {_describe(sem_before)}")
     plans: dict[str, Plan] = {
@@ -822,9 +875,9 @@ def predictions(
     profile = steps_table.profile()
     ends_of = {name: ends_of_plan(profile, plan) for name, plan in plans.items()}
     ends_of[STOCK] = DDP().ends(profile, cluster.allreduce)  # stock DDP's own buckets
-    semantics = measured_semantics(probes, contention, backend, profile)
     # predictions use the table brought to the rounds' minutes (the plans were made from the table as measured)
     cost_in_rounds = drifted(cluster.allreduce, anchors_of(probes))
+    semantics = measured_semantics(probes, contention, backend, profile, cost_in_rounds)
     intervals = error_intervals(steps_table, probes, ends_of, cluster, measured, resamples, backend, threads)
     rows = {}
     for name, ends in ends_of.items():
@@ -936,8 +989,8 @@ def error_intervals(
     for _ in range(resamples):
         profile = steps.profile([rng.randrange(k) for _ in range(k)])
         pick = [probes[rng.randrange(p)] for _ in range(p)]
-        sem = measured_semantics(pick, contention_of(pick, 0, threads, decided=decided), backend, profile)
         cost = drifted(cluster.allreduce, anchors_of(pick))
+        sem = measured_semantics(pick, contention_of(pick, 0, threads, decided=decided), backend, profile, cost)
         for name, ends in ends_of.items():
             ts = measured[name]
             med = statistics.median(ts[rng.randrange(len(ts))] for _ in range(len(ts)))
@@ -967,8 +1020,8 @@ def _describe(sem: Semantics) -> str:
     under = ", ".join(f"{_size(b)} x{f:.2f}" for b, f in sem.under_compute) or "x1"
     return (
         f"{sem.backend} ({sem.threads} thread{'s' if sem.threads > 1 else ''}, gain {sem.concurrency_gain:.2f}), "
-        f"compute {sem.compute_slowdown:+.0%} under an all-reduce{two}, all-reduces under compute {under}, "
-        f"{sem.launch_compute_s * 1e6:.0f} us of compute per launch"
+        f"compute {sem.compute_slowdown:+.0%} under an all-reduce{two}, all-reduces under compute {under} "
+        f"+ {sem.call_overhead_s * 1e6:.0f} us per call, {sem.launch_compute_s * 1e6:.0f} us of compute per launch"
     )
 
 

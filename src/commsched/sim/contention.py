@@ -5,9 +5,9 @@ Backward compute is sequential as in DESIGN.md; bucket j is launched when its la
 FIFO queue for one of the runtime's ``threads`` (1 for NCCL's stream, 2 for gloo's worker threads);
 the n in flight each progress at (1 + gain (n - 1)) / n of their solo speed, and at 1 / (1 + m) of
 that, and at 1 / factor(b) (``under_compute``), while compute runs; compute runs at 1 / (1 + c)
-while one is in flight, 1 / (1 + c2) while more are. A bucket launched while compute still has
-work to do costs d more of work (``call_overhead_s``), and compute e more (``launch_compute_s``,
-right after the launch). With one thread and no contention this is :func:`commsched.sim.timeline.simulate`; with one thread and the two factors,
+while one is in flight, 1 / (1 + c2) while more are. While compute runs, an all-reduce also takes d
+more (``call_overhead_s``: its factor is factor(b) + d / T(b)); a bucket launched while compute
+still has work to do costs compute e more (``launch_compute_s``, right after the launch). With one thread and no contention this is :func:`commsched.sim.timeline.simulate`; with one thread and the two factors,
 LIBRA's g(b, r) in its simplest form (the previous contended simulator: a test keeps a frozen
 copy of it and compares).
 
@@ -148,7 +148,7 @@ def _events(forward_s, work, pb, ends, cost: CostModel, sem: Semantics, per_buck
 
     ``per_bucket`` (the resource simulator's) gives, for each bucket, its work alone in seconds,
     the factor by which its progress slows while compute runs, and compute's time factor while it
-    alone is in flight; without it they come from ``sem`` (T or T + d, (1 + m) factor(b), 1 + c).
+    alone is in flight; without it they come from ``sem`` (T, (1 + m)(factor(b) + d / T), 1 + c).
     """
     n, nb = len(work), len(ends)
     c2, d, e = 1.0 + sem.compute_slowdown_many, sem.call_overhead_s, sem.launch_compute_s
@@ -158,10 +158,10 @@ def _events(forward_s, work, pb, ends, cost: CostModel, sem: Semantics, per_buck
         alone, slow, cfac = [0.0] * nb, [0.0] * nb, [1.0 + sem.compute_slowdown] * nb
         for j, end in enumerate(ends):
             nbytes = pb[end] - pb[ends[j - 1] if j else 0]
-            # the size's factor applies only while compute runs (below): a bucket launched under
-            # compute that waits in the queue, or outlasts compute, goes at its speed alone after
-            alone[j] = cost.time_s(nbytes) + (d if end <= busy_to else 0.0)
-            slow[j] = (1.0 + sem.comm_slowdown) * sem.factor_under_compute(nbytes)
+            # the size's factor and d apply only while compute runs (below): a bucket launched
+            # under compute that waits in the queue, or outlasts compute, goes at its speed alone after
+            alone[j] = cost.time_s(nbytes)
+            slow[j] = (1.0 + sem.comm_slowdown) * (sem.factor_under_compute(nbytes) + (d / alone[j] if alone[j] > 0 else 0.0))
     else:
         alone, slow, cfac = per_bucket
     t = forward_s

@@ -25,8 +25,13 @@ Contention (LIBRA's g(b, r) in its simplest measured form, with a per-call term)
   compete with compute for the cores: measured on the emulated cluster, resnet18's backward pass
   ran at 1 / 1.81 of its speed under one 160 MB all-reduce and 1 / 2.24 under two; None means c);
 - ``comm_slowdown`` m: while backward compute runs, an all-reduce progresses at 1 / (1 + m);
-- ``call_overhead_s`` d: an all-reduce launched while backward compute still has work to do costs
-  d more seconds of its own work;
+- ``call_overhead_s`` d: while backward compute runs, an all-reduce of b bytes takes d seconds
+  more than its factor says, (1 + m)(factor(b) T(b) + d) in all: its factor under compute is
+  factor(b) + d / T(b) (a T of 0 gets no d). A per-call cost that exists only beside compute: on
+  the emulated cluster, buckets that stock DDP launched one per gradient from the backward pass
+  took 0.10-0.28 ms more per call while the pass ran than a chain of 16 KiB all-reduces launched
+  at its start, and went at their speed alone once it ended (``benchmarks/tail_rate.py``,
+  BENCHMARKS.md). ``validate`` measures d from those buckets (:func:`commsched.runtime.validate.call_overhead`);
 - ``launch_compute_s`` e: an all-reduce launched while backward compute still has work to do costs
   compute e more seconds of work, right after the launch (at the rates above). DDP's reducer
   launches a bucket from the backward pass, and on the emulated cluster stock DDP with one bucket
@@ -50,7 +55,7 @@ many-bucket plan queued past the end of backward kept their under-compute speed;
 without e, mobilenet_v2's 158-bucket plan was predicted 8% short, with both changes -1.2%,
 BENCHMARKS.md.)
 
-With gain 0, c2 = c and one factor for every size, every rate in the run depends only on whether
+With gain 0, c2 = c, one factor for every size and no d, every rate in the run depends only on whether
 something is in flight: what :attr:`Semantics.serial_equivalent` needs. Factors that differ by
 size break it: on gloo's threads a small all-reduce beside a large one under compute goes at its
 own (faster) speed, which one after the other it cannot.
@@ -124,11 +129,12 @@ class Semantics:
     def serial_equivalent(self) -> bool:
         """True when the iteration is the serial (nccl) one: one thread, or several that share the
         link without gain, slow compute no more than one does and slow down alike under compute
-        (one ``under_compute`` factor for every size). Then the total work in flight
+        (one ``under_compute`` factor for every size, and no d). Then the total work in flight
         evolves exactly as with one thread (the rates depend only on whether anything is in
         flight), so bucket end times may differ but the last one, the end of compute and hence the
         iteration time do not (a property test checks it)."""
-        uniform = len({f for _, f in self.under_compute}) <= 1
+        # d / T(b) makes the factor differ by size as well
+        uniform = len({f for _, f in self.under_compute}) <= 1 and self.call_overhead_s == 0.0
         return self.threads == 1 or (self.concurrency_gain == 0.0 and self.compute_slowdown_many == self.compute_slowdown and uniform)
 
     def to_json(self) -> dict:
