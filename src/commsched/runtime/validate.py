@@ -24,8 +24,8 @@ with its defaults. Every rank, in lockstep:
 4. scores every strategy under those semantics; ``optimal`` plans for them (to within 1% of the
    serial run's optimum without launch costs, then the best of that, the plain optimum and one
    bucket under the measured semantics: :class:`~commsched.planners.Optimal`);
-5. trains every strategy and stock DDP, interleaved round by round (A B C ... B C A ..., the order
-   rotated each round), each from the same weights; speedups over stock DDP are paired by round;
+5. trains every strategy and stock DDP, interleaved round by round (A B C ... C A B ..., a random
+   order each round, the same on every rank), each from the same weights; speedups over stock DDP are paired by round;
    each round also repeats the profile steps and one probe of step 3 (with the cost table's own
    measurement at the probe sizes, by which the table is brought to the rounds' minutes), so that
    what predicts and what is predicted are measured over the same minutes (this machine's compute
@@ -777,11 +777,12 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
         for _ in range(cfg.steps):
             profile_steps.step(keep=True)
         probes.append(probe.sample())
-        # the order rotates every round: a variant that always ran first after the probe (whose long
-        # all-reduces drain the link's token bucket) or always last would carry that position's cost;
-        # measured, two variants with the same buckets differed by 9% in medians with a fixed order
-        shift = r % len(names)
-        for name in names[shift:] + names[:shift]:
+        # a new random order every round (the same on every rank): a variant that always ran first
+        # after the probe (whose long all-reduces drain the link's token bucket), always last, or
+        # always after the same other variant would carry that position's cost. Measured, two
+        # variants with the same buckets differed by 9% in medians with a fixed order, and still by
+        # 4-10% with the order rotated each round, which keeps every variant's predecessor
+        for name in random.Random(r).sample(names, len(names)):
             step = variants[name][0]
             dist.barrier()
             for _ in range(cfg.steps):
