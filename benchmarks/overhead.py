@@ -15,8 +15,10 @@ Four variants, one step of each in turn:
 
 Run on the emulated 2-node cluster (as root, from the repo):
     .venv/bin/commsched emulate --nodes 2 --rate-mbit 2000 --timeout-s 2400 -- benchmarks/overhead.py resnet18 16 64 30
-Arguments: model, batch size, image size (0 for token models), rounds, and ``view`` to run every
-variant with ``gradient_as_bucket_view=True``. Each round runs one step of each variant in turn,
+Arguments: model, batch size, image size (0 for token models), rounds, and options, comma-separated:
+``view`` to run every variant with ``gradient_as_bucket_view=True``, ``wfbp`` to run every variant
+with one bucket per gradient (``wfbp``'s plan through ``ddp_options``: the recorder's cost per
+bucket, where a plan has the most buckets). Each round runs one step of each variant in turn,
 ``PAIRS`` times, the order rotated each time (A B C D, B C D A, ...) so that no variant always
 runs first, after one untimed step of each. A step's time is the slowest rank's. Rank 0 prints each
 variant's median [min, max] and the median of its per-slot ratios to the stock step of the same
@@ -40,9 +42,9 @@ from torch import nn
 
 from commsched.cost.models import AlphaBeta
 from commsched.models.zoo import build_model, example_input, training_loss
-from commsched.planners import DDP, make_plan
+from commsched.planners import DDP, WFBP, make_plan
 from commsched.profile.zoo_profile import zoo_profile
-from commsched.runtime.ddp import DataParallel
+from commsched.runtime.ddp import DataParallel, ddp_options
 from commsched.runtime.lifecycle import end_process_group
 from commsched.runtime.record import StepRecorder
 
@@ -53,20 +55,22 @@ def main() -> None:
     name, batch, image, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]) or None, int(sys.argv[4])
     # "view": every variant with gradient_as_bucket_view=True (DDP then scales each bucket in place
     # instead of while copying gradients in)
-    view = len(sys.argv) > 5 and sys.argv[5] == "view"
+    options = set(sys.argv[5].split(",")) if len(sys.argv) > 5 else set()
+    view, wfbp = "view" in options, "wfbp" in options
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     base = build_model(name)
     inputs = example_input(name, batch, image)
     profile = zoo_profile(name, batch, "V100", image_size=image)  # the ready order and sizes DDP buckets by
-    plan = make_plan(DDP(), profile, AlphaBeta(1e-3, 1e-9))  # DDP's layout does not depend on costs
+    plan = make_plan(WFBP() if wfbp else DDP(), profile, AlphaBeta(1e-3, 1e-9))  # neither layout depends on costs
 
     def variant(kind: str):
         m = copy.deepcopy(base)
         if kind == "DataParallel":
             wrapped = DataParallel(m, plan, gradient_as_bucket_view=view)
         else:
-            wrapped = nn.parallel.DistributedDataParallel(m, gradient_as_bucket_view=view)
+            caps = ddp_options(plan, m) if wfbp else {}
+            wrapped = nn.parallel.DistributedDataParallel(m, gradient_as_bucket_view=view, **caps)
         opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
 
         def step() -> float:
@@ -121,7 +125,7 @@ def main() -> None:
         own = recorder.own_s / len(recorder.records)  # every recorded step, the untimed first one included
         print(f"{name} recorded: the recorder's own calls took {own * 1e3:.3f} ms per step on rank 0 "
               f"({own / statistics.median(slowest['recorded']):.3%} of the median recorded step)")
-        print(f"{name}: {len(plan.buckets)} buckets, {profile.total_bytes / 2**20:.1f} MiB of gradients, gradient_as_bucket_view={view}")
+        print(f"{name}: {len(plan.buckets)} buckets ({'wfbp' if wfbp else 'DDP'}'s), {profile.total_bytes / 2**20:.1f} MiB of gradients, gradient_as_bucket_view={view}")
     end_process_group(clean=True)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from commsched.cost.cluster import ClusterSpec
@@ -10,14 +12,13 @@ from commsched.errors import CommschedError
 from commsched.runtime.validate import (
     ProfileSteps,
     ValidationConfig,
-    call_overhead,
     contention_of,
     error_intervals,
-    launch_cost,
+    launch_costs,
     measured_semantics,
-    running_times,
+    semantics_of,
 )
-from commsched.sim.contention import simulate_contended
+from commsched.sim.contention import simulate_contended, simulate_run
 from commsched.sim.semantics import Semantics
 from commsched.types import ModelProfile, TensorSpec
 
@@ -201,64 +202,48 @@ def test_compute_time_per_call_is_what_the_rate_does_not_explain():
     assert contention_of([probe()] * 3)["compute_per_call_s"] is None  # probes that did not keep it
 
 
-def test_launch_cost_is_the_work_beyond_the_rate_per_launch():
-    # 0.3 s of backward pass, an all-reduce in flight for 0.2 s of it, at c = 1: 0.1 + 0.2 / 2 = 0.2 s
-    # of work, 0.05 s more than the profile's 0.15 s, over 10 launches
-    samples = [{"launches": (0.3, 0.2, 10)}, {"launches": (0.3, 0.2, 10)}]
-    assert launch_cost(samples, 1.0, 0.15) == pytest.approx(0.005)
-    assert launch_cost(samples, 1.0, 0.25) == 0.0  # less work than the profile: no negative cost
-    assert launch_cost([{"backward_s": 1.0}], 1.0, 0.15) == 0.0  # probes from before it was measured
-    assert launch_cost([{"launches": (0.3, 0.2, 0)}], 1.0, 0.15) == 0.0
+def launch_pass_of(profile, cost, sem, e, d, finalize_s=0.0):
+    """What _LaunchSteps measures, made by the simulator with a known e and d."""
+    tl = simulate_run(profile, tuple(range(1, len(profile.tensors) + 1)), cost, replace(sem, launch_compute_s=e, call_overhead_s=d))
+    return (tl.compute_s - profile.forward_s, tl.iteration_s - profile.optimizer_s - profile.forward_s + finalize_s, len(profile.tensors) - 1)
 
 
-def test_measured_semantics_carry_the_launch_cost_against_the_profile():
-    samples = [{**probe(), "launches": (1.0, 0.5, 4)} for _ in range(3)]
-    contention = contention_of(samples, threads=1)
-    c = contention["compute_slowdown"]
-    prof = ModelProfile("m", 1, "cpu", "measured", 0.1, (TensorSpec("a", 4, 0.3), TensorSpec("b", 4, 0.3)))
-    sem = measured_semantics(samples, contention, "gloo", prof, AlphaBeta(1e-3, 0.0))
-    assert sem.launch_compute_s == pytest.approx((0.5 + 0.5 / (1 + c) - 0.6) / 4)
+@pytest.mark.parametrize(("e", "d"), [(0.0, 0.0), (2e-4, 0.0), (0.0, 5e-4), (1e-4, 3e-4), (4e-4, 1e-3)])
+def test_launch_costs_recover_the_e_and_d_that_made_the_pass(e, d):
+    # 40 tensors of 16 KiB, 1 ms of backward each; all-reduce 3 ms alone, x0.6 under compute, on
+    # gloo's two threads with compute at 1 / 1.7 beside them, so they queue (as one bucket per
+    # gradient does on the emulated cluster; where all-reduces keep up with compute, d and e both
+    # only slow compute and cannot be told apart): the simulator makes the pass with a known e and
+    # d, and the fit finds them again
+    prof = ModelProfile("m", 1, "cpu", "measured", 0.05, tuple(TensorSpec(f"t{i}", 16384, 0.001) for i in range(40)), optimizer_s=0.01)
+    cost = AlphaBeta(3e-3, 0.0)
+    sem = Semantics("gloo", 2, 0.0, 0.7, 0.0, 0.0, None, ((16384, 0.6),))
+    samples = [{"launch_pass": launch_pass_of(prof, cost, sem, e, d, finalize_s=0.004)}] * 3
+    got_e, got_d = launch_costs(samples, sem, prof, cost, 0.004)
+    assert got_e == pytest.approx(e, abs=1e-6) and got_d == pytest.approx(d, abs=1e-6)
+    # measured with the semantics they are fitted to: made again, the pass ends where it did
+    again = launch_pass_of(prof, cost, sem, got_e, got_d, finalize_s=0.004)
+    assert again[0] == pytest.approx(samples[0]["launch_pass"][0], rel=1e-3) and again[1] == pytest.approx(samples[0]["launch_pass"][1], rel=1e-3)
 
 
-def test_launch_cost_is_measured_against_c2_where_two_in_flight_slow_compute_more():
-    # on gloo's two threads one bucket per gradient keeps two all-reduces in flight: the rate is c2's
-    samples = [{**probe(), "launches": (1.0, 0.5, 4)} for _ in range(3)]
-    contention = {**contention_of(samples, threads=2), "compute_slowdown_concurrent": 2.0}
-    prof = ModelProfile("m", 1, "cpu", "measured", 0.1, (TensorSpec("a", 4, 0.3), TensorSpec("b", 4, 0.3)))
-    sem = measured_semantics(samples, contention, "gloo", prof, AlphaBeta(1e-3, 0.0))
-    assert sem.threads == 2 and sem.compute_slowdown_many == 2.0
-    assert sem.launch_compute_s == pytest.approx((0.5 + 0.5 / 3.0 - 0.6) / 4)
+def test_launch_costs_are_never_negative_and_zero_without_the_pass():
+    prof = ModelProfile("m", 1, "cpu", "measured", 0.05, tuple(TensorSpec(f"t{i}", 16384, 0.002) for i in range(10)))
+    cost = AlphaBeta(1.5e-3, 0.0)
+    sem = Semantics("gloo", 2, 0.0, 0.7, 0.0, 0.0, None, ((16384, 0.6),))
+    fast = launch_pass_of(prof, cost, sem, 0.0, 0.0)
+    # a pass faster than the simulator with e = d = 0: nothing to add, not a negative cost
+    assert launch_costs([{"launch_pass": (fast[0] * 0.8, fast[1] * 0.8, 9)}], sem, prof, cost, 0.0) == (0.0, 0.0)
+    assert launch_costs([{"backward_s": 1.0}], sem, prof, cost, 0.0) == (0.0, 0.0)  # probes from before it was measured
 
 
-def test_running_times_count_at_most_the_threads():
-    # launched at 0, 0, 0 and 5; ends 2, 4, 6, 7; window [1, 6.5]; two threads: three launched run two
-    spans = [(0.0, 2.0), (0.0, 4.0), (0.0, 6.0), (5.0, 7.0)]
-    one, two = running_times(spans, 1.0, 6.5, 2)
-    # [1, 4]: 2 or 3 launched -> 2 running; [4, 5]: 1; [5, 6]: 2; [6, 6.5]: 1
-    assert two == pytest.approx(4.0) and one == pytest.approx(1.5)
-    assert running_times(spans, 1.0, 6.5, 1) == [pytest.approx(5.5)]
-    assert running_times([], 0.0, 1.0, 2) == [0.0, 0.0]
-
-
-def test_call_overhead_is_the_time_beyond_the_factor_per_bucket():
-    # T = 1 ms per bucket, factor 0.5 under compute; 10 buckets ended in the pass, which had one
-    # running for 4 ms and two for 3 ms: with gain 0, 7 ms of work against 10 x 0.5 ms -> 0.2 ms each
-    sem = Semantics("gloo", 2, 0.0, 1.0, 0.0, 0.0, None, ((16384, 0.5),))
-    cost = AlphaBeta(1e-3, 0.0)
-    got = [{"launches": (0.01, 0.007, 10, [0.004, 0.003], [16384] * 10)}] * 3
-    assert call_overhead(got, sem, cost) == pytest.approx(2e-4)
-    # with gain 1, two running do twice the work: 10 ms, 0.5 ms each beyond the factor
-    assert call_overhead(got, Semantics("gloo", 2, 1.0, 1.0, 0.0, 0.0, None, ((16384, 0.5),)), cost) == pytest.approx(5e-4)
-    # faster than the factor says: no negative cost; samples from before it was measured: 0
-    assert call_overhead([{"launches": (0.01, 0.007, 10, [0.002, 0.0], [16384] * 10)}], sem, cost) == 0.0
-    assert call_overhead([{"launches": (0.3, 0.2, 10)}, {"backward_s": 1.0}], sem, cost) == 0.0
-    assert call_overhead([{"launches": (0.3, 0.2, 10, [0.0, 0.0], [])}], sem, cost) == 0.0
-
-
-def test_measured_semantics_carry_the_call_overhead_against_the_cost_of_the_same_minutes():
-    samples = [{**probe(), "launches": (1.0, 0.5, 4, [0.01, 0.0], [4, 4, 4, 4])} for _ in range(3)]
-    contention = contention_of(samples, threads=2)
-    prof = ModelProfile("m", 1, "cpu", "measured", 0.1, (TensorSpec("a", 4, 0.3), TensorSpec("b", 4, 0.3)))
-    # 10 ms of work for 4 buckets of T = 1 ms at the probes' factor 1.2: 1.3 ms each beyond it
-    assert measured_semantics(samples, contention, "gloo", prof, AlphaBeta(1e-3, 0.0)).call_overhead_s == pytest.approx(1.3e-3)
-    assert measured_semantics(samples, contention, "gloo", prof, AlphaBeta(3e-3, 0.0)).call_overhead_s == 0.0
+def test_measured_semantics_carry_the_fitted_launch_costs():
+    # all-reduces queue behind compute (3 ms each, 0.5 ms of compute per gradient): e and d apart
+    prof = ModelProfile("m", 1, "cpu", "measured", 0.05, tuple(TensorSpec(f"t{i}", 4, 0.0005) for i in range(20)))
+    cost = AlphaBeta(3e-3, 0.0)
+    base = [probe() for _ in range(3)]
+    contention = contention_of(base, threads=2)
+    sem0 = semantics_of(contention, "gloo")
+    samples = [{**p, "launch_pass": launch_pass_of(prof, cost, sem0, 1e-4, 4e-4)} for p in base]
+    sem = measured_semantics(samples, contention, "gloo", prof, cost)
+    assert sem.launch_compute_s == pytest.approx(1e-4, abs=1e-6) and sem.call_overhead_s == pytest.approx(4e-4, abs=1e-6)
+    assert (sem.compute_slowdown, sem.under_compute) == (sem0.compute_slowdown, sem0.under_compute)

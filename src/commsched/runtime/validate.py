@@ -19,8 +19,8 @@ with its defaults. Every rank, in lockstep:
    factor of an all-reduce under compute (``under_compute``, LIBRA's p(c, r) depending on the
    message size c), which also holds the per-call costs as the runtime issues them; and a
    backward pass of stock DDP with one bucket per gradient: what launching a bucket from the
-   backward pass costs compute (``launch_compute_s``, :func:`launch_cost`), and what its buckets
-   take beyond their factor while the pass runs (``call_overhead_s``, :func:`call_overhead`);
+   backward pass costs compute (``launch_compute_s``) and what its buckets take beyond their
+   factor while the pass runs (``call_overhead_s``), both fitted by :func:`launch_costs`;
 4. scores every strategy under those semantics; ``optimal`` plans for them (to within 1% of the
    serial run's optimum without launch costs, then the best of that, the plain optimum and one
    bucket under the measured semantics: :class:`~commsched.planners.Optimal`);
@@ -196,109 +196,97 @@ def table_cost(samples: CommSamples, gain: float = 0.0, threads: int = 1) -> Tab
 
 
 class _LaunchSteps:
-    """Stock DDP with one bucket per gradient (``wfbp``'s plan), recorded: what launching buckets
-    from the backward pass costs compute (the semantics' ``launch_compute_s``) and what they cost
-    beyond their factor while it runs (``call_overhead_s``). :meth:`sample` runs one forward and
-    backward pass (no optimizer) and returns, timed from the end of the forward pass to the last
-    gradient: (backward s, time some all-reduce was in flight during it, buckets launched while
-    compute had work left, the time with exactly 1, 2, ... all-reduces running from the start of
-    the pass to the last bucket that ended in it, the bytes of the buckets that ended in it)."""
+    """Stock DDP with one bucket per gradient (``wfbp``'s plan), *not* recorded: what launching
+    buckets from the backward pass costs compute (the semantics' ``launch_compute_s``) and what
+    they cost beyond their factor while it runs (``call_overhead_s``), fitted by
+    :func:`launch_costs`. Not recorded because the recorder's per-bucket calls cost more than what
+    is measured here: on densenet121's 364 buckets a recorded step took 15% longer than the same
+    DDP instance's unrecorded one (``benchmarks/overhead.py densenet121 8 64 8 wfbp``, BENCHMARKS.md).
+    Only a forward hook and post-accumulate hooks on the last few tensors to become ready stamp it.
+    :meth:`sample` runs one forward and backward pass (no optimizer) and returns, each the slowest
+    rank's: (seconds from the end of the forward pass to the last gradient, seconds from it to the
+    return of ``backward()`` (every bucket reduced and the gradients copied back), the buckets
+    launched while compute had work left)."""
+
+    LAST = 4  # tensors stamped at the end of the ready order (the last one to be ready can vary)
 
     def __init__(self, order: ModelProfile, model: nn.Module, inputs: tuple, loss_fn) -> None:
         from commsched.runtime.ddp import ddp_options
-        from commsched.runtime.record import StepRecorder
 
         self.model = copy.deepcopy(model)
         plan = make_plan(WFBP(), order, Table((1, 2), (1.0, 1.0)))
         self.ddp = nn.parallel.DistributedDataParallel(self.model, **ddp_options(plan, self.model))
-        self.recorder = StepRecorder(self.ddp, order=order.names)
         self.inputs, self.loss_fn = inputs, loss_fn
-        self.threads = runtime_threads()
+        # the last gradient's bucket is launched after compute: the others while it had work left
+        self.launched_under_compute = max(0, len(plan.buckets) - 1)
+        self._forward_end = 0.0
+        self._ready: list[float] = []
+        self.ddp.register_forward_hook(lambda *_: setattr(self, "_forward_end", time.perf_counter()))
+        params = dict(self.model.named_parameters())
+        for name in order.names[-self.LAST :]:
+            params[name].register_post_accumulate_grad_hook(lambda _p: self._ready.append(time.perf_counter()))
         for _ in range(2):  # the first builds DDP's buckets in ready order
             self.sample()
 
     def sample(self) -> tuple[float, float, int]:
-        from commsched.runtime.record import union_of
-
         self.ddp.zero_grad(set_to_none=True)
-        dist.barrier()  # before the forward, as in training (the record's times are the step's own)
+        self._ready.clear()
+        dist.barrier()  # before the forward, as in training
         self.loss_fn(self.ddp(*self.inputs)).backward()
-        r = self.recorder.records[-1]
-        self.recorder.records.clear()
-        t0, t1 = r.forward_end_s, max((x for x in r.ready_s if x == x), default=r.forward_end_s)  # NaN: no gradient
-        spans = [(max(a, t0), min(b, t1)) for a, b in zip(r.bucket_start_s, r.bucket_end_s) if b > t0 and a < t1]
-        ended = [j for j, b in enumerate(r.bucket_end_s) if t0 < b <= t1]
-        t_e = max((r.bucket_end_s[j] for j in ended), default=t0)
-        # the last gradient's bucket is launched after compute: the others while it had work left
-        mine = (
-            t1 - t0,
-            sum(b - a for a, b in union_of(spans)),
-            max(0, len(r.bucket_start_s) - 1),
-            running_times(list(zip(r.bucket_start_s, r.bucket_end_s)), t0, t_e, self.threads),
-            [r.bucket_bytes[j] for j in ended],
-        )
+        done = time.perf_counter()
+        t0 = self._forward_end
+        mine = (max(self._ready, default=t0) - t0, done - t0)
         # a synchronous step waits for its slowest rank, and the profile is the slowest rank's: so is this
-        return max(_gather(mine), key=lambda x: x[0])
+        everyone = _gather(mine)
+        return max(x[0] for x in everyone), max(x[1] for x in everyone), self.launched_under_compute
 
 
-def running_times(spans: list[tuple[float, float]], start: float, end: float, threads: int) -> list[float]:
-    """Within [start, end], the time with exactly k = 1 .. ``threads`` all-reduces running, from
-    (launch, end) spans: a launched all-reduce waits in the runtime's FIFO queue until one of its
-    ``threads`` is free, so min(launched and unfinished, threads) run."""
-    events = sorted([(max(a, start), 1) for a, b in spans if b > start and a < end] + [(min(b, end), -1) for a, b in spans if b > start and a < end])
-    out = [0.0] * threads
-    n, t = 0, start
-    for when, step in events:
-        if n:
-            out[min(n, threads) - 1] += when - t
-        n, t = n + step, when
-    return out
+def launch_costs(samples: list[dict], semantics: Semantics, profile: ModelProfile, cost, finalize_s: float) -> tuple[float, float]:
+    """The semantics' ``launch_compute_s`` e and ``call_overhead_s`` d from :class:`_LaunchSteps`'
+    samples (key ``launch_pass``): the two with which the simulator, under ``semantics`` (its other
+    numbers), on ``profile`` with ``cost`` (the cost table of the same minutes) and one bucket per
+    gradient, ends compute when the median pass's last gradient was ready (e: compute work per
+    bucket launched) and its last all-reduce when the median pass's ``backward()`` returned, less
+    ``finalize_s`` (DDP copying the gradients back, measured in the profile steps) (d: time per
+    all-reduce under compute beyond its factor). Each is the least value >= 0 that reaches its
+    target (0 when none is needed), found by bisection, e and then d in turn until neither moves by
+    a microsecond (d changes when all-reduces are in flight, which changes the rate compute runs
+    at), at most 8 times. Where the all-reduces keep up with compute (no queue), d too only slows
+    compute and the two cannot be told apart: then the fit puts what it can in e, and the pass is
+    made again all the same. (0, 0) for samples from before the pass was measured."""
+    got = [s["launch_pass"] for s in samples if s.get("launch_pass")]
+    if not got or not profile.tensors:
+        return 0.0, 0.0
+    backward_s = statistics.median(x[0] for x in got)
+    end_s = statistics.median(x[1] for x in got) - finalize_s
+    ends = tuple(range(1, len(profile.tensors) + 1))
 
+    def run(e: float, d: float) -> tuple[float, float]:
+        tl = simulate_run(profile, ends, cost, replace(semantics, launch_compute_s=e, call_overhead_s=d))
+        return tl.compute_s - profile.forward_s, tl.iteration_s - profile.optimizer_s - profile.forward_s
 
-def call_overhead(samples: list[dict], semantics: Semantics, cost) -> float:
-    """The semantics' ``call_overhead_s`` d, from :class:`_LaunchSteps`' samples (key ``launches``):
-    how much longer than their factor under compute says stock DDP's buckets, launched one per
-    gradient from the backward pass, took while it ran.
+    def least(f, target: float) -> float:
+        if f(0.0) >= target:
+            return 0.0
+        hi = 1e-4
+        while f(hi) < target:
+            if hi >= 1.0:  # a second per call is beyond any runtime: take it as the bound
+                return hi
+            hi *= 2.0
+        lo = 0.0
+        for _ in range(16):  # to 1/65536 of the bracket
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if f(mid) < target else (lo, mid)
+        return hi
 
-    From the start of the pass to the last bucket that ended in it, compute ran throughout, and
-    with k all-reduces running they did 1 + gain (k - 1) seconds of their work per second
-    (:mod:`commsched.sim.contention`), which under compute is (1 + m)(factor(b) T(b) + d) for a
-    bucket of b bytes: so the buckets that ended took that much, up to the work done by then on
-    the ones still running (at most one bucket's with gloo's two threads, none on one stream). d
-    is the rest over their count; the median over samples, and 0 when negative or not measured
-    (reports from before it was). ``cost`` is the cost table of the same minutes (the drifted one
-    inside the rounds); ``semantics`` gives the gain, m and the factors."""
-    vals = []
-    for s in samples:
-        got = s.get("launches")
-        if not got or len(got) < 5 or not got[4]:
-            continue
-        by_running, ended = got[3], np.asarray(got[4], dtype=np.float64)
-        work = sum(f * (1.0 + semantics.concurrency_gain * k) for k, f in enumerate(by_running))
-        expected = float(np.sum(np.asarray(semantics.factor_under_compute(ended)) * cost.times_s(ended)))
-        vals.append((work / (1.0 + semantics.comm_slowdown) - expected) / len(ended))
-    return max(0.0, statistics.median(vals)) if vals else 0.0
-
-
-def launch_cost(samples: list[dict], compute_slowdown: float, backward_s: float) -> float:
-    """The semantics' ``launch_compute_s`` e: compute's work per bucket launched from the backward
-    pass beyond what the rate 1 / (1 + c) explains, from :class:`_LaunchSteps`' samples (key
-    ``launches``): a pass of u seconds with an all-reduce in flight for fl of them did
-    (u - fl) + fl / (1 + c) of work, ``backward_s`` (the profile's, measured in stock DDP with one
-    bucket: the same copies into buckets, no launch while compute runs) plus n e. Both are the
-    slowest rank's. Medians over samples; 0 without such samples (reports from before it was
-    measured) or when the extra work comes out negative. Inside the rounds the profile steps run
-    just before each probe; before the rounds the profile was measured a minute or two before the
-    probes, so e there also carries the machine's drift between them."""
-    got = [s["launches"] for s in samples if s.get("launches")]
-    if not got:
-        return 0.0
-    n = statistics.median(x[2] for x in got)
-    if n <= 0:
-        return 0.0
-    outside = statistics.median(x[0] - x[1] for x in got)
-    inside = statistics.median(x[1] for x in got)
-    return max(0.0, (outside + inside / (1.0 + compute_slowdown) - backward_s) / n)
+    e = d = 0.0
+    for _ in range(8):  # until neither moves by a microsecond
+        e_was, d_was = e, d
+        e = least(lambda x: run(x, d)[0], backward_s)
+        d = least(lambda x: run(e, x)[1], end_s)
+        if abs(e - e_was) < 1e-6 and abs(d - d_was) < 1e-6:
+            break
+    return e, d
 
 
 class _Probe:
@@ -316,7 +304,7 @@ class _Probe:
     - at each probe size, the cost table's own measurement (:func:`bench_chains`' chain), so the
       table measured before the rounds can be brought to the rounds' minutes (:func:`drifted`);
     - with ``launches`` (a :class:`_LaunchSteps`), one of its passes: what launching buckets from
-      the backward pass costs compute (:func:`launch_cost`).
+      the backward pass costs compute and what they cost beyond their factor (:func:`launch_costs`).
 
     Each forward runs first, untimed, and ranks meet at a barrier before each timed part.
     """
@@ -399,7 +387,7 @@ class _Probe:
             dist.barrier()
             out[f"pair_{s}"] = (one, _chain_s([a, b]))
         if self.launches is not None:
-            out["launches"] = self.launches.sample()
+            out["launch_pass"] = self.launches.sample()
         return out
 
     def report(self, samples: list[dict], resamples: int, threads: int) -> dict:
@@ -563,7 +551,8 @@ def drifted(cost: Table, anchors: dict[int, float]) -> Table:
 def semantics_of(contention: dict, backend: str, launch_compute_s: float = 0.0) -> Semantics:
     """The measured semantics: the per-size factor under compute stands for both the rate slowdown
     and the per-call term of :mod:`commsched.sim.semantics` (m and d stay 0: one model, not two);
-    ``launch_compute_s`` is :func:`launch_cost` (it needs the profile as well as the probes)."""
+    ``launch_compute_s`` and ``call_overhead_s`` are :func:`launch_costs` (they need the profile
+    and the cost table as well as the probes)."""
     threads = contention["threads"] if backend == "gloo" else 1
     return Semantics(
         "gloo" if backend == "gloo" else "nccl",
@@ -578,13 +567,14 @@ def semantics_of(contention: dict, backend: str, launch_compute_s: float = 0.0) 
     )
 
 
-def measured_semantics(samples: list[dict], contention: dict, backend: str, profile: ModelProfile, cost) -> Semantics:
-    """:func:`semantics_of` with the launch cost of these probe samples against ``profile``'s
-    backward pass (e is measured while buckets keep two all-reduces in flight, so against c2) and
-    their per-call cost under compute against ``cost``, the cost table of the same minutes."""
+def measured_semantics(
+    samples: list[dict], contention: dict, backend: str, profile: ModelProfile, cost, finalize_s: float = 0.0
+) -> Semantics:
+    """:func:`semantics_of` with the launch costs of these probe samples (:func:`launch_costs`)
+    against ``profile``, ``cost`` (the cost table of the same minutes) and ``finalize_s``."""
     sem = semantics_of(contention, backend)
-    e = launch_cost(samples, sem.compute_slowdown_many, sum(t.backward_s for t in profile.tensors))
-    return replace(sem, launch_compute_s=e, call_overhead_s=call_overhead(samples, sem, cost))
+    e, d = launch_costs(samples, sem, profile, cost, finalize_s)
+    return replace(sem, launch_compute_s=e, call_overhead_s=d)
 
 
 # --- the compute profile ------------------------------------------------------------------------
@@ -627,13 +617,18 @@ class ProfileSteps:
     """Per-step compute timings of :class:`_ProfileSteps`, combined over ranks.
 
     A synchronous step waits for its slowest rank, so per step the forward end, each tensor's ready
-    time (since the start of forward) and the optimizer time are the maximum over ranks.
+    time (since the start of forward), the optimizer time and the finalize time are the maximum
+    over ranks. The finalize time runs from the end of the (one) all-reduce to the end of the step's
+    ``backward()``: DDP's reducer copying the averaged gradients back into ``param.grad``, which
+    every plan pays once for all the gradients (233 MiB on alexnet); empty in reports from before
+    it was measured.
     """
 
     order: ModelProfile
     forward_end_s: tuple[float, ...]  # per step
     ready_s: tuple[tuple[float, ...], ...]  # per step, per tensor in ready order
     optimizer_s: tuple[float, ...]  # per step
+    finalize_s: tuple[float, ...] = ()  # per step
 
     @classmethod
     def of(cls, order: ModelProfile, steps_by_rank: list[list[tuple]]) -> ProfileSteps:
@@ -647,11 +642,20 @@ class ProfileSteps:
             tuple(max(r.forward_end_s for r, _ in ranks) for ranks in steps),
             tuple(tuple(max(v) for v in zip(*(r.ready_s for r, _ in ranks))) for ranks in steps),
             tuple(max(o for _, o in ranks) for ranks in steps),
+            tuple(max(r.step_end_s - max(r.bucket_end_s, default=r.step_end_s) for r, _ in ranks) for ranks in steps),
         )
 
+    def finalize(self, pick: list[int] | None = None) -> float:
+        """The median finalize time of the steps in ``pick`` (default all); 0 when not measured."""
+        if not self.finalize_s:
+            return 0.0
+        ks = range(len(self.finalize_s)) if pick is None else pick
+        return statistics.median(self.finalize_s[k] for k in ks)
+
     def profile(self, pick: list[int] | None = None) -> ModelProfile:
-        """The profile of the steps in ``pick`` (default all): each time the median over steps, and
-        ``backward_s`` the difference between consecutive ready times (clipped at 0)."""
+        """The profile of the steps in ``pick`` (default all): each time the median over steps,
+        ``backward_s`` the difference between consecutive ready times (clipped at 0), and
+        ``optimizer_s`` what follows the last all-reduce: the finalize time and the optimizer's."""
         ks = range(len(self.forward_end_s)) if pick is None else pick
         forward_s = statistics.median(self.forward_end_s[k] for k in ks)
         tensors, prev = [], forward_s
@@ -663,7 +667,7 @@ class ProfileSteps:
             self.order,
             source="measured",
             forward_s=forward_s,
-            optimizer_s=statistics.median(self.optimizer_s[k] for k in ks),
+            optimizer_s=statistics.median(self.optimizer_s[k] + (self.finalize_s[k] if self.finalize_s else 0.0) for k in ks),
             tensors=tuple(tensors),
         )
 
@@ -719,7 +723,8 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
     profile_steps = _ProfileSteps(order, base, inputs, loss_fn, cfg.lr)
     for i in range(cfg.profile_iters + 2):
         profile_steps.step(keep=i >= 2)
-    profile_before = ProfileSteps.of(order, _gather(profile_steps.take())).profile()
+    steps_before = ProfileSteps.of(order, _gather(profile_steps.take()))
+    profile_before = steps_before.profile()
 
     say("2/5 benchmarking all-reduce as DDP issues it: buckets launched back to back")
     # up to the largest bucket any plan can have (SyncEASGD's: every gradient), at most 256 MiB;
@@ -745,10 +750,11 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
     samples_before = _pooled(_gather([probe.sample() for _ in range(cfg.probe_iters)]))
     contention_before = probe.report(samples_before, cfg.resamples, threads)
     contention_before = _broadcast_obj(contention_before)
-    sem_before = _broadcast_obj(measured_semantics(samples_before, contention_before, backend, profile_before, cluster.allreduce))
-    if sem_before.concurrency_gain:  # the chains ran two at a time: back to one alone
-        cluster = replace(cluster, allreduce=table_cost(samples, sem_before.concurrency_gain, threads))
-        sem_before = _broadcast_obj(replace(sem_before, call_overhead_s=call_overhead(samples_before, sem_before, cluster.allreduce)))
+    if contention_before["concurrency_gain"]:  # the chains ran two at a time: back to one alone
+        cluster = replace(cluster, allreduce=table_cost(samples, contention_before["concurrency_gain"], threads))
+    sem_before = _broadcast_obj(
+        measured_semantics(samples_before, contention_before, backend, profile_before, cluster.allreduce, steps_before.finalize())
+    )
 
     say(f"4/5 planning every strategy for {_describe(sem_before)}")
     plans: dict[str, Plan] = {
@@ -845,6 +851,7 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
                 "forward_end_s": list(steps_table.forward_end_s),
                 "ready_s": [list(r) for r in steps_table.ready_s],
                 "optimizer_s": list(steps_table.optimizer_s),
+                "finalize_s": list(steps_table.finalize_s),
             },
         },
     }
@@ -878,7 +885,7 @@ def predictions(
     ends_of[STOCK] = DDP().ends(profile, cluster.allreduce)  # stock DDP's own buckets
     # predictions use the table brought to the rounds' minutes (the plans were made from the table as measured)
     cost_in_rounds = drifted(cluster.allreduce, anchors_of(probes))
-    semantics = measured_semantics(probes, contention, backend, profile, cost_in_rounds)
+    semantics = measured_semantics(probes, contention, backend, profile, cost_in_rounds, steps_table.finalize())
     intervals = error_intervals(steps_table, probes, ends_of, cluster, measured, resamples, backend, threads)
     rows = {}
     for name, ends in ends_of.items():
@@ -921,7 +928,7 @@ def repredict(report: dict, order: ModelProfile, resamples: int = 200) -> dict:
 
     raw = report["raw"]["profile_steps"]
     steps_table = ProfileSteps(
-        order, tuple(raw["forward_end_s"]), tuple(tuple(r) for r in raw["ready_s"]), tuple(raw["optimizer_s"])
+        order, tuple(raw["forward_end_s"]), tuple(tuple(r) for r in raw["ready_s"]), tuple(raw["optimizer_s"]), tuple(raw.get("finalize_s", ()))
     )
     probes = report["raw"]["probes"]
     threads = report["contention"]["threads"]
@@ -988,10 +995,11 @@ def error_intervals(
     decided = contention_of(probes, resamples, threads)  # the point estimate's decisions (gain, c2)
     errors: dict[str, list[float]] = {name: [] for name in ends_of}
     for _ in range(resamples):
-        profile = steps.profile([rng.randrange(k) for _ in range(k)])
+        steps_picked = [rng.randrange(k) for _ in range(k)]
+        profile = steps.profile(steps_picked)
         pick = [probes[rng.randrange(p)] for _ in range(p)]
         cost = drifted(cluster.allreduce, anchors_of(pick))
-        sem = measured_semantics(pick, contention_of(pick, 0, threads, decided=decided), backend, profile, cost)
+        sem = measured_semantics(pick, contention_of(pick, 0, threads, decided=decided), backend, profile, cost, steps.finalize(steps_picked))
         for name, ends in ends_of.items():
             ts = measured[name]
             med = statistics.median(ts[rng.randrange(len(ts))] for _ in range(len(ts)))
