@@ -45,6 +45,9 @@ def test_validate_end_to_end(tmp_path):
     # the profile steps' finalize time (DDP copying the gradients back) is in the profile's optimizer_s
     finalize = doc["raw"]["profile_steps"]["finalize_s"]
     assert len(finalize) == len(doc["raw"]["profile_steps"]["optimizer_s"]) and min(finalize) >= 0
+    # one light step (recorder paused) per round: the backward pass the profile is scaled to
+    light = doc["raw"]["profile_steps"]["backward_unrecorded_s"]
+    assert len(light) == 2 and min(light) > 0
     sizes = [b for b, _ in sem["under_compute"]]
     assert sizes == sorted(sizes) and set(map(str, sizes)) == set(doc["contention"]["allreduce_per_call_s"])
     assert set(sizes) <= {16384, 131072, 1048576, 8388608} and all(f > 0 for _, f in sem["under_compute"])

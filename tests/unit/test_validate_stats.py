@@ -247,3 +247,18 @@ def test_measured_semantics_carry_the_fitted_launch_costs():
     sem = measured_semantics(samples, contention, "gloo", prof, cost)
     assert sem.launch_compute_s == pytest.approx(1e-4, abs=1e-6) and sem.call_overhead_s == pytest.approx(4e-4, abs=1e-6)
     assert (sem.compute_slowdown, sem.under_compute) == (sem0.compute_slowdown, sem0.under_compute)
+
+
+def test_profile_scales_backward_to_the_light_steps_and_adds_finalize_after_the_last_all_reduce():
+    order = ModelProfile("m", 1, "cpu", "measured", 0.1, (TensorSpec("a", 400, 0.0), TensorSpec("b", 400, 0.0)))
+    # recorded: forward ends at 0.1, a ready at 0.2, b at 0.4 (0.3 s of backward, hooks included)
+    steps = ProfileSteps(order, (0.1,) * 3, ((0.2, 0.4),) * 3, (0.01,) * 3, (0.004,) * 3, (0.24, 0.2, 0.1))
+    prof = steps.profile()
+    # the light steps' median backward is 0.2 s: both tensors' times shrink by 2/3, shape kept
+    assert [t.backward_s for t in prof.tensors] == [pytest.approx(0.1 * 2 / 3), pytest.approx(0.2 * 2 / 3)]
+    assert prof.forward_s == 0.1 and prof.optimizer_s == pytest.approx(0.014)  # finalize + optimizer
+    assert steps.finalize() == pytest.approx(0.004)
+    assert sum(t.backward_s for t in steps.profile(pick_light=[0, 0, 0]).tensors) == pytest.approx(0.24)
+    # reports from before either was measured: the recorded times as they are
+    old = ProfileSteps(order, (0.1,) * 3, ((0.2, 0.4),) * 3, (0.01,) * 3).profile()
+    assert [t.backward_s for t in old.tensors] == [pytest.approx(0.1), pytest.approx(0.2)] and old.optimizer_s == 0.01

@@ -232,13 +232,14 @@ class _LaunchSteps:
         self.ddp.zero_grad(set_to_none=True)
         self._ready.clear()
         dist.barrier()  # before the forward, as in training
+        t0 = time.perf_counter()
         self.loss_fn(self.ddp(*self.inputs)).backward()
         done = time.perf_counter()
-        t0 = self._forward_end
-        mine = (max(self._ready, default=t0) - t0, done - t0)
-        # a synchronous step waits for its slowest rank, and the profile is the slowest rank's: so is this
-        everyone = _gather(mine)
-        return max(x[0] for x in everyone), max(x[1] for x in everyone), self.launched_under_compute
+        mine = (self._forward_end - t0, max(self._ready, default=self._forward_end) - t0, done - t0)
+        # since the barrier, the slowest rank's, as the profile's times: a rank whose forward ended
+        # early waits for the other's gradients, so its own pass is not the step's
+        forward, last, end = (max(x[i] for x in _gather(mine)) for i in range(3))
+        return last - forward, end - forward, self.launched_under_compute
 
 
 def launch_costs(samples: list[dict], semantics: Semantics, profile: ModelProfile, cost, finalize_s: float) -> tuple[float, float]:
@@ -583,7 +584,11 @@ def measured_semantics(
 class _ProfileSteps:
     """Training steps that measure the compute profile as training sees it: stock DDP with one
     bucket (SyncEASGD's plan), recorded per tensor. :meth:`step` runs one step and, with ``keep``,
-    keeps its record and optimizer time; :meth:`take` hands over (and forgets) what was kept."""
+    keeps its record and optimizer time; :meth:`take` hands over (and forgets) what was kept.
+    :meth:`light_step` runs one with the recorder paused, stamped only at the end of forward and at
+    the last few gradients: the recorder's hook on every gradient lengthens the backward pass
+    (densenet121's 364 hooks: the one-bucket plan was predicted 5-6% slow), so the profile's
+    backward times are scaled to the light steps' length (:meth:`take_light`)."""
 
     def __init__(self, order: ModelProfile, model: nn.Module, inputs: tuple, loss_fn, lr: float) -> None:
         from commsched.runtime.ddp import ddp_options
@@ -596,6 +601,13 @@ class _ProfileSteps:
         self.opt = torch.optim.SGD([p for p in self.model.parameters() if p.requires_grad], lr=lr, momentum=0.9)
         self.inputs, self.loss_fn = inputs, loss_fn
         self._kept: list[tuple] = []
+        self._light: list[tuple[float, float]] = []
+        self._forward_end = 0.0
+        self._ready_last: list[float] = []
+        self.ddp.register_forward_hook(lambda *_: setattr(self, "_forward_end", time.perf_counter()))
+        params = dict(self.model.named_parameters())
+        for name in order.names[-_LaunchSteps.LAST :]:
+            params[name].register_post_accumulate_grad_hook(lambda _p: self._ready_last.append(time.perf_counter()))
 
     def step(self, keep: bool) -> None:
         self.opt.zero_grad(set_to_none=True)
@@ -609,6 +621,24 @@ class _ProfileSteps:
 
     def take(self) -> list[tuple]:
         kept, self._kept = self._kept, []
+        return kept
+
+    def light_step(self, keep: bool) -> None:
+        self.recorder.pause()
+        try:
+            self.opt.zero_grad(set_to_none=True)
+            self._ready_last.clear()
+            t0 = time.perf_counter()
+            self.loss_fn(self.ddp(*self.inputs)).backward()
+            self.opt.step()
+        finally:
+            self.recorder.resume()
+        if keep:  # since the start of forward, as the recorder's times
+            self._light.append((self._forward_end - t0, max(self._ready_last, default=self._forward_end) - t0))
+
+    def take_light(self) -> list[tuple[float, float]]:
+        """(end of forward, last gradient) of each kept light step, seconds since its start."""
+        kept, self._light = self._light, []
         return kept
 
 
@@ -629,10 +659,17 @@ class ProfileSteps:
     ready_s: tuple[tuple[float, ...], ...]  # per step, per tensor in ready order
     optimizer_s: tuple[float, ...]  # per step
     finalize_s: tuple[float, ...] = ()  # per step
+    backward_unrecorded_s: tuple[float, ...] = ()  # per light step (:class:`_ProfileSteps`)
 
     @classmethod
-    def of(cls, order: ModelProfile, steps_by_rank: list[list[tuple]]) -> ProfileSteps:
-        """From every rank's kept (StepRecord, optimizer_s) pairs (the same steps on each rank)."""
+    def of(cls, order: ModelProfile, steps_by_rank: list[list[tuple]], light_by_rank: list[list[tuple]] | None = None) -> ProfileSteps:
+        """From every rank's kept (StepRecord, optimizer_s) pairs (the same steps on each rank) and
+        light steps' (end of forward, last gradient) times."""
+        light = []
+        if light_by_rank:
+            m = min(len(steps) for steps in light_by_rank)
+            for k in range(m):  # the slowest rank's times, as for the recorded steps
+                light.append(max(r[k][1] for r in light_by_rank) - max(r[k][0] for r in light_by_rank))
         n = min(len(steps) for steps in steps_by_rank)
         if n == 0:
             raise CommschedError("no profile steps were recorded")
@@ -643,6 +680,7 @@ class ProfileSteps:
             tuple(tuple(max(v) for v in zip(*(r.ready_s for r, _ in ranks))) for ranks in steps),
             tuple(max(o for _, o in ranks) for ranks in steps),
             tuple(max(r.step_end_s - max(r.bucket_end_s, default=r.step_end_s) for r, _ in ranks) for ranks in steps),
+            tuple(light),
         )
 
     def finalize(self, pick: list[int] | None = None) -> float:
@@ -652,10 +690,12 @@ class ProfileSteps:
         ks = range(len(self.finalize_s)) if pick is None else pick
         return statistics.median(self.finalize_s[k] for k in ks)
 
-    def profile(self, pick: list[int] | None = None) -> ModelProfile:
+    def profile(self, pick: list[int] | None = None, pick_light: list[int] | None = None) -> ModelProfile:
         """The profile of the steps in ``pick`` (default all): each time the median over steps,
         ``backward_s`` the difference between consecutive ready times (clipped at 0), and
-        ``optimizer_s`` what follows the last all-reduce: the finalize time and the optimizer's."""
+        ``optimizer_s`` what follows the last all-reduce: the finalize time and the optimizer's.
+        With light steps, the backward times are scaled so that they add up to the light steps'
+        median backward pass (``pick_light``: which of them, default all)."""
         ks = range(len(self.forward_end_s)) if pick is None else pick
         forward_s = statistics.median(self.forward_end_s[k] for k in ks)
         tensors, prev = [], forward_s
@@ -663,6 +703,11 @@ class ProfileSteps:
             ready = statistics.median(self.ready_s[k][i] for k in ks)
             tensors.append(TensorSpec(t.name, t.bytes, max(0.0, ready - prev)))
             prev = max(prev, ready)
+        total = sum(t.backward_s for t in tensors)
+        if self.backward_unrecorded_s and total > 0:
+            js = range(len(self.backward_unrecorded_s)) if pick_light is None else pick_light
+            scale = max(0.0, statistics.median(self.backward_unrecorded_s[j] for j in js)) / total
+            tensors = [replace(t, backward_s=t.backward_s * scale) for t in tensors]
         return replace(
             self.order,
             source="measured",
@@ -723,7 +768,8 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
     profile_steps = _ProfileSteps(order, base, inputs, loss_fn, cfg.lr)
     for i in range(cfg.profile_iters + 2):
         profile_steps.step(keep=i >= 2)
-    steps_before = ProfileSteps.of(order, _gather(profile_steps.take()))
+        profile_steps.light_step(keep=i >= 2)
+    steps_before = ProfileSteps.of(order, _gather(profile_steps.take()), _gather(profile_steps.take_light()))
     profile_before = steps_before.profile()
 
     say("2/5 benchmarking all-reduce as DDP issues it: buckets launched back to back")
@@ -782,6 +828,7 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
         dist.barrier()
         for _ in range(cfg.steps):
             profile_steps.step(keep=True)
+        profile_steps.light_step(keep=True)
         probes.append(probe.sample())
         # a new random order every round (the same on every rank): a variant that always ran first
         # after the probe (whose long all-reduces drain the link's token bucket), always last, or
@@ -806,7 +853,7 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
             dist.barrier()
             step()
         records[name] = rec.records[1:]
-    steps_table = ProfileSteps.of(order, _gather(profile_steps.take()))
+    steps_table = ProfileSteps.of(order, _gather(profile_steps.take()), _gather(profile_steps.take_light()))
     probes_all = _pooled(_gather(probes))
     timelines = _gather({name: _measured_timeline(recs) for name, recs in records.items()})
     all_times = _gather(times)
@@ -852,6 +899,7 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
                 "ready_s": [list(r) for r in steps_table.ready_s],
                 "optimizer_s": list(steps_table.optimizer_s),
                 "finalize_s": list(steps_table.finalize_s),
+                "backward_unrecorded_s": list(steps_table.backward_unrecorded_s),
             },
         },
     }
@@ -928,7 +976,8 @@ def repredict(report: dict, order: ModelProfile, resamples: int = 200) -> dict:
 
     raw = report["raw"]["profile_steps"]
     steps_table = ProfileSteps(
-        order, tuple(raw["forward_end_s"]), tuple(tuple(r) for r in raw["ready_s"]), tuple(raw["optimizer_s"]), tuple(raw.get("finalize_s", ()))
+        order, tuple(raw["forward_end_s"]), tuple(tuple(r) for r in raw["ready_s"]), tuple(raw["optimizer_s"]),
+        tuple(raw.get("finalize_s", ())), tuple(raw.get("backward_unrecorded_s", ())),
     )
     probes = report["raw"]["probes"]
     threads = report["contention"]["threads"]
@@ -991,12 +1040,12 @@ def error_intervals(
     same number of resamples off each end.
     """
     rng = random.Random(seed)
-    k, p = len(steps.forward_end_s), len(probes)
+    k, p, q = len(steps.forward_end_s), len(probes), len(steps.backward_unrecorded_s)
     decided = contention_of(probes, resamples, threads)  # the point estimate's decisions (gain, c2)
     errors: dict[str, list[float]] = {name: [] for name in ends_of}
     for _ in range(resamples):
         steps_picked = [rng.randrange(k) for _ in range(k)]
-        profile = steps.profile(steps_picked)
+        profile = steps.profile(steps_picked, [rng.randrange(q) for _ in range(q)] if q else None)
         pick = [probes[rng.randrange(p)] for _ in range(p)]
         cost = drifted(cluster.allreduce, anchors_of(pick))
         sem = measured_semantics(pick, contention_of(pick, 0, threads, decided=decided), backend, profile, cost, steps.finalize(steps_picked))
