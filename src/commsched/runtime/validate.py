@@ -195,6 +195,27 @@ def table_cost(samples: CommSamples, gain: float = 0.0, threads: int = 1) -> Tab
 # --- probes: contention and concurrency -----------------------------------------------------------
 
 
+class _LightStamps:
+    """The end of forward and the ready times of the last few gradients of a DDP model's steps,
+    from one forward hook and post-accumulate hooks on the last ``LAST`` tensors of the ready order
+    (the last one to be ready can vary): a step stamped without a recorder's cost per gradient and
+    per bucket."""
+
+    LAST = 4
+
+    def __init__(self, ddp: nn.parallel.DistributedDataParallel, names: tuple[str, ...]) -> None:
+        self.forward_end = 0.0
+        self.ready: list[float] = []
+        ddp.register_forward_hook(lambda *_: setattr(self, "forward_end", time.perf_counter()))
+        params = dict(ddp.module.named_parameters())
+        for name in names[-self.LAST :]:
+            params[name].register_post_accumulate_grad_hook(lambda _p: self.ready.append(time.perf_counter()))
+
+    def since(self, t0: float) -> tuple[float, float]:
+        """(end of forward, last gradient) of the step just run, seconds since ``t0``."""
+        return self.forward_end - t0, max(self.ready, default=self.forward_end) - t0
+
+
 class _LaunchSteps:
     """Stock DDP with one bucket per gradient (``wfbp``'s plan), *not* recorded: what launching
     buckets from the backward pass costs compute (the semantics' ``launch_compute_s``) and what
@@ -202,13 +223,11 @@ class _LaunchSteps:
     :func:`launch_costs`. Not recorded because the recorder's per-bucket calls cost more than what
     is measured here: on densenet121's 364 buckets a recorded step took 15% longer than the same
     DDP instance's unrecorded one (``benchmarks/overhead.py densenet121 8 64 8 wfbp``, BENCHMARKS.md).
-    Only a forward hook and post-accumulate hooks on the last few tensors to become ready stamp it.
+    Only :class:`_LightStamps` stamp it.
     :meth:`sample` runs one forward and backward pass (no optimizer) and returns, each the slowest
     rank's: (seconds from the end of the forward pass to the last gradient, seconds from it to the
     return of ``backward()`` (every bucket reduced and the gradients copied back), the buckets
     launched while compute had work left)."""
-
-    LAST = 4  # tensors stamped at the end of the ready order (the last one to be ready can vary)
 
     def __init__(self, order: ModelProfile, model: nn.Module, inputs: tuple, loss_fn) -> None:
         from commsched.runtime.ddp import ddp_options
@@ -219,23 +238,18 @@ class _LaunchSteps:
         self.inputs, self.loss_fn = inputs, loss_fn
         # the last gradient's bucket is launched after compute: the others while it had work left
         self.launched_under_compute = max(0, len(plan.buckets) - 1)
-        self._forward_end = 0.0
-        self._ready: list[float] = []
-        self.ddp.register_forward_hook(lambda *_: setattr(self, "_forward_end", time.perf_counter()))
-        params = dict(self.model.named_parameters())
-        for name in order.names[-self.LAST :]:
-            params[name].register_post_accumulate_grad_hook(lambda _p: self._ready.append(time.perf_counter()))
+        self.stamps = _LightStamps(self.ddp, order.names)
         for _ in range(2):  # the first builds DDP's buckets in ready order
             self.sample()
 
     def sample(self) -> tuple[float, float, int]:
         self.ddp.zero_grad(set_to_none=True)
-        self._ready.clear()
+        self.stamps.ready.clear()
         dist.barrier()  # before the forward, as in training
         t0 = time.perf_counter()
         self.loss_fn(self.ddp(*self.inputs)).backward()
         done = time.perf_counter()
-        mine = (self._forward_end - t0, max(self._ready, default=self._forward_end) - t0, done - t0)
+        mine = (*self.stamps.since(t0), done - t0)
         # since the barrier, the slowest rank's, as the profile's times: a rank whose forward ended
         # early waits for the other's gradients, so its own pass is not the step's
         forward, last, end = (max(x[i] for x in _gather(mine)) for i in range(3))
@@ -550,10 +564,10 @@ def drifted(cost: Table, anchors: dict[int, float]) -> Table:
 
 
 def semantics_of(contention: dict, backend: str, launch_compute_s: float = 0.0) -> Semantics:
-    """The measured semantics: the per-size factor under compute stands for both the rate slowdown
-    and the per-call term of :mod:`commsched.sim.semantics` (m and d stay 0: one model, not two);
-    ``launch_compute_s`` and ``call_overhead_s`` are :func:`launch_costs` (they need the profile
-    and the cost table as well as the probes)."""
+    """The measured semantics: the per-size factor under compute stands for the rate slowdown m
+    of :mod:`commsched.sim.semantics` too (m stays 0: one model, not two); ``launch_compute_s`` and
+    ``call_overhead_s`` (what DDP's buckets take beyond the factor) are :func:`launch_costs` (they
+    need the profile and the cost table as well as the probes)."""
     threads = contention["threads"] if backend == "gloo" else 1
     return Semantics(
         "gloo" if backend == "gloo" else "nccl",
@@ -585,10 +599,10 @@ class _ProfileSteps:
     """Training steps that measure the compute profile as training sees it: stock DDP with one
     bucket (SyncEASGD's plan), recorded per tensor. :meth:`step` runs one step and, with ``keep``,
     keeps its record and optimizer time; :meth:`take` hands over (and forgets) what was kept.
-    :meth:`light_step` runs one with the recorder paused, stamped only at the end of forward and at
-    the last few gradients: the recorder's hook on every gradient lengthens the backward pass
-    (densenet121's 364 hooks: the one-bucket plan was predicted 5-6% slow), so the profile's
-    backward times are scaled to the light steps' length (:meth:`take_light`)."""
+    :meth:`light_step` runs one with the recorder paused, stamped only by :class:`_LightStamps`:
+    the recorder's hook on every gradient lengthens the backward pass (densenet121's 364 hooks: its
+    one-bucket plan, these steps' own, was predicted 3-6% slow), so the profile's backward times
+    are scaled to the light steps' length (:meth:`take_light`)."""
 
     def __init__(self, order: ModelProfile, model: nn.Module, inputs: tuple, loss_fn, lr: float) -> None:
         from commsched.runtime.ddp import ddp_options
@@ -602,12 +616,7 @@ class _ProfileSteps:
         self.inputs, self.loss_fn = inputs, loss_fn
         self._kept: list[tuple] = []
         self._light: list[tuple[float, float]] = []
-        self._forward_end = 0.0
-        self._ready_last: list[float] = []
-        self.ddp.register_forward_hook(lambda *_: setattr(self, "_forward_end", time.perf_counter()))
-        params = dict(self.model.named_parameters())
-        for name in order.names[-_LaunchSteps.LAST :]:
-            params[name].register_post_accumulate_grad_hook(lambda _p: self._ready_last.append(time.perf_counter()))
+        self.stamps = _LightStamps(self.ddp, order.names)
 
     def step(self, keep: bool) -> None:
         self.opt.zero_grad(set_to_none=True)
@@ -627,14 +636,14 @@ class _ProfileSteps:
         self.recorder.pause()
         try:
             self.opt.zero_grad(set_to_none=True)
-            self._ready_last.clear()
+            self.stamps.ready.clear()
             t0 = time.perf_counter()
             self.loss_fn(self.ddp(*self.inputs)).backward()
             self.opt.step()
         finally:
             self.recorder.resume()
         if keep:  # since the start of forward, as the recorder's times
-            self._light.append((self._forward_end - t0, max(self._ready_last, default=self._forward_end) - t0))
+            self._light.append(self.stamps.since(t0))
 
     def take_light(self) -> list[tuple[float, float]]:
         """(end of forward, last gradient) of each kept light step, seconds since its start."""
