@@ -11,7 +11,8 @@ ended. This measures it, every rank in lockstep, interleaved each round:
   the pass: per-call time of the calls that end during the pass, and of those that end after it
   (the pass is timed from the first launch, so it includes launching the chain);
 - "ddp": one step of stock DDP with one bucket per gradient (``wfbp``'s plan), recorded: per-call
-  time of the buckets that end after the last gradient is ready;
+  time while the pass runs (time some bucket was in flight over the buckets that ended in it) and
+  of the buckets that end after the last gradient is ready;
 - "backward", "long", "ddp1": the backward pass alone, under one 256 MiB all-reduce, and in stock
   DDP with one bucket (no all-reduce in flight during it): compute's slowdown c (the rate
   1 / (1 + c)) under the long all-reduce, under the chain and under wfbp's buckets (against

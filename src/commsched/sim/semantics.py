@@ -31,14 +31,16 @@ Contention (LIBRA's g(b, r) in its simplest measured form, with a per-call term)
   the emulated cluster, buckets that stock DDP launched one per gradient from the backward pass
   took 0.10-0.28 ms more per call while the pass ran than a chain of 16 KiB all-reduces launched
   at its start, and went at their speed alone once it ended (``benchmarks/tail_rate.py``,
-  BENCHMARKS.md). ``validate`` measures d from those buckets (:func:`commsched.runtime.validate.call_overhead`);
+  BENCHMARKS.md; those passes were recorded, and with hundreds of buckets the recorder itself
+  costs 8-15% of a step);
 - ``launch_compute_s`` e: an all-reduce launched while backward compute still has work to do costs
   compute e more seconds of work, right after the launch (at the rates above). DDP's reducer
   launches a bucket from the backward pass, and on the emulated cluster stock DDP with one bucket
   per gradient slowed mobilenet_v2's backward pass about twice as much as one long all-reduce or a
   chain of 16 KiB ones in flight (``benchmarks/tail_rate.py``, BENCHMARKS.md): a cost per launch,
-  not per second in flight.
-  ``validate`` measures e from stock DDP with one bucket per gradient against one bucket;
+  not per second in flight (recorded too).
+  ``validate`` fits e and d to an unrecorded pass of stock DDP with one bucket per gradient
+  (:func:`commsched.runtime.validate.launch_costs`);
 - ``under_compute``: a table of (message bytes, factor): while backward compute runs, an
   all-reduce of b bytes progresses at 1 / factor(b) of its speed alone (on top of 1 / (1 + m)),
   the factor interpolated linearly in log2(b) between the points and flat beyond them (empty: 1).
