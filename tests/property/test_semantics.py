@@ -16,13 +16,14 @@ from commsched.cost.models import AlphaBeta
 from commsched.errors import CommschedError
 from commsched.planners import STRATEGIES
 from commsched.sim.contention import simulate_run
-from commsched.sim.semantics import GLOO, NCCL, Semantics, semantics_from_json
+from commsched.sim.semantics import CALL_FLOOR, GLOO, NCCL, Semantics, semantics_from_json
 from commsched.sim.timeline import prefix_bytes
 from commsched.types import ModelProfile, TensorSpec
 from tests.conftest import costs, profiles
 
 factors = st.one_of(st.just(0.0), st.floats(0.0, 2.0))
 overheads = st.one_of(st.just(0.0), st.floats(0.0, 0.05))
+signed_overheads = st.one_of(overheads, st.floats(-0.05, 0.0))  # d < 0: down to its floor
 
 
 def close(a, b, rel=1e-9):
@@ -103,7 +104,7 @@ def test_gloo_threads_sharing_the_link_end_when_the_serial_run_ends(profile, cos
     assert close(gloo.iteration_s, serial.iteration_s, 1e-7) and close(gloo.compute_s, serial.compute_s, 1e-7)
 
 
-@given(profiles(max_tensors=30), costs, st.sampled_from(sorted(STRATEGIES)), factors, factors, overheads)
+@given(profiles(max_tensors=30), costs, st.sampled_from(sorted(STRATEGIES)), factors, factors, signed_overheads)
 def test_one_gloo_thread_is_the_serial_run(profile, cost, name, cs, ms, d):
     ends = STRATEGIES[name].ends(profile, cost)
     a = simulate_run(profile, ends, cost, Semantics(compute_slowdown=cs, comm_slowdown=ms, call_overhead_s=d))
@@ -162,6 +163,19 @@ def test_call_overhead_acts_only_while_compute_runs():
     assert not Semantics("gloo", 2, call_overhead_s=0.5).serial_equivalent and Semantics("gloo", 2).serial_equivalent
 
 
+def test_a_negative_call_overhead_speeds_buckets_up_to_its_floor():
+    # as above, T = 1 for bucket a under b's compute: d = -0.5 gives factor 0.5 (a ends at 2.5); d =
+    # -0.9 would give 0.1, the floor holds it at a quarter of the factor (a ends at 2.25)
+    p = ModelProfile("m", 1, "d", "estimated", 1.0, (TensorSpec("a", 10, 1.0), TensorSpec("b", 10, 1.0)))
+    tl = simulate_run(p, (1, 2), AlphaBeta(1.0, 0.0), Semantics(call_overhead_s=-0.5))
+    assert [(s.start_s, s.end_s) for s in tl.allreduces] == [(2.0, 2.5), (3.0, 4.0)]
+    assert CALL_FLOOR == 0.25
+    tl = simulate_run(p, (1, 2), AlphaBeta(1.0, 0.0), Semantics(call_overhead_s=-0.9))
+    assert [(s.start_s, s.end_s) for s in tl.allreduces] == [(2.0, 2.25), (3.0, 4.0)]
+    assert Semantics(under_compute=((10, 0.4),), call_overhead_s=-0.1).min_factor_under_compute == pytest.approx(0.1)
+    assert Semantics(under_compute=((10, 0.4),), call_overhead_s=0.1).min_factor_under_compute == 0.4
+
+
 @pytest.mark.parametrize(
     "bad",
     [
@@ -173,6 +187,7 @@ def test_call_overhead_acts_only_while_compute_runs():
         {"compute_slowdown": -0.1},
         {"comm_slowdown": float("nan")},
         {"call_overhead_s": float("inf")},
+        {"call_overhead_s": -2e3},
         {"under_compute": ((16, 0.5), (8, 1.0))},
         {"under_compute": ((16, 0.0),)},
         {"under_compute": ((16,),)},

@@ -19,7 +19,7 @@ from commsched.runtime.validate import (
     semantics_of,
 )
 from commsched.sim.contention import simulate_contended, simulate_run
-from commsched.sim.semantics import Semantics
+from commsched.sim.semantics import CALL_FLOOR, Semantics
 from commsched.types import ModelProfile, TensorSpec
 
 
@@ -208,16 +208,19 @@ def launch_pass_of(profile, cost, sem, e, d, finalize_s=0.0):
     return (tl.compute_s - profile.forward_s, tl.iteration_s - profile.optimizer_s - profile.forward_s + finalize_s, len(profile.tensors) - 1)
 
 
-@pytest.mark.parametrize(("e", "d"), [(0.0, 0.0), (2e-4, 0.0), (0.0, 5e-4), (1e-4, 3e-4), (4e-4, 1e-3)])
-def test_launch_costs_recover_the_e_and_d_that_made_the_pass(e, d):
-    # 40 tensors of 16 KiB, 1 ms of backward each; all-reduce 3 ms alone, x0.6 under compute, on
+@pytest.mark.parametrize(
+    ("e", "d", "factor"),
+    [(0.0, 0.0, 0.6), (2e-4, 0.0, 0.6), (0.0, 5e-4, 0.6), (1e-4, 3e-4, 0.6), (4e-4, 1e-3, 0.6), (0.0, -5e-4, 1.0), (1e-4, -8e-4, 1.0)],
+)
+def test_launch_costs_recover_the_e_and_d_that_made_the_pass(e, d, factor):
+    # 40 tensors of 16 KiB, 1 ms of backward each; all-reduce 3 ms alone, x0.6 (or x1) under compute, on
     # gloo's two threads with compute at 1 / 1.7 beside them, so they queue (as one bucket per
     # gradient does on the emulated cluster; where all-reduces keep up with compute, d and e both
     # only slow compute and cannot be told apart): the simulator makes the pass with a known e and
-    # d, and the fit finds them again
+    # d, and the fit finds them again (a negative d: still slower per call than compute per gradient)
     prof = ModelProfile("m", 1, "cpu", "measured", 0.05, tuple(TensorSpec(f"t{i}", 16384, 0.001) for i in range(40)), optimizer_s=0.01)
     cost = AlphaBeta(3e-3, 0.0)
-    sem = Semantics("gloo", 2, 0.0, 0.7, 0.0, 0.0, None, ((16384, 0.6),))
+    sem = Semantics("gloo", 2, 0.0, 0.7, 0.0, 0.0, None, ((16384, factor),))
     samples = [{"launch_pass": launch_pass_of(prof, cost, sem, e, d, finalize_s=0.004)}] * 3
     got_e, got_d = launch_costs(samples, sem, prof, cost, 0.004)
     assert got_e == pytest.approx(e, abs=1e-6) and got_d == pytest.approx(d, abs=1e-6)
@@ -226,13 +229,18 @@ def test_launch_costs_recover_the_e_and_d_that_made_the_pass(e, d):
     assert again[0] == pytest.approx(samples[0]["launch_pass"][0], rel=1e-3) and again[1] == pytest.approx(samples[0]["launch_pass"][1], rel=1e-3)
 
 
-def test_launch_costs_are_never_negative_and_zero_without_the_pass():
+def test_launch_costs_e_is_never_negative_d_no_lower_than_its_floor_and_zero_without_the_pass():
     prof = ModelProfile("m", 1, "cpu", "measured", 0.05, tuple(TensorSpec(f"t{i}", 16384, 0.002) for i in range(10)))
     cost = AlphaBeta(1.5e-3, 0.0)
     sem = Semantics("gloo", 2, 0.0, 0.7, 0.0, 0.0, None, ((16384, 0.6),))
     fast = launch_pass_of(prof, cost, sem, 0.0, 0.0)
-    # a pass faster than the simulator with e = d = 0: nothing to add, not a negative cost
-    assert launch_costs([{"launch_pass": (fast[0] * 0.8, fast[1] * 0.8, 9)}], sem, prof, cost, 0.0) == (0.0, 0.0)
+    # compute faster than the simulator with e = 0: e stays 0, not a negative cost
+    e, d = launch_costs([{"launch_pass": (fast[0] * 0.8, fast[1], 9)}], sem, prof, cost, 0.0)
+    assert e == 0.0
+    # a pass whose end no d can reach (it ended before its last gradient was ready): d stops where
+    # every factor is at its floor (e then makes up for the compute the faster all-reduces gave back)
+    e, d = launch_costs([{"launch_pass": (fast[0], fast[0] * 0.5, 9)}], sem, prof, cost, 0.0)
+    assert e >= 0.0 and d == pytest.approx(-(1 - CALL_FLOOR) * 0.6 * 1.5e-3)
     assert launch_costs([{"backward_s": 1.0}], sem, prof, cost, 0.0) == (0.0, 0.0)  # probes from before it was measured
 
 

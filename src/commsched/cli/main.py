@@ -393,7 +393,7 @@ def _describe_semantics(sem) -> str:
     if sem.contended:
         text += (
             f", compute +{sem.compute_slowdown:.0%} under all-reduce, all-reduce +{sem.comm_slowdown:.0%} under compute"
-            f" + {sem.call_overhead_s * 1e3:.2f} ms per call under compute"
+            f", {sem.call_overhead_s * 1e3:+.2f} ms per call under compute"
         )
         if sem.under_compute:
             text += ", all-reduce under compute " + ", ".join(f"{b} B x{f:.2f}" for b, f in sem.under_compute)

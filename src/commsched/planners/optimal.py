@@ -223,6 +223,6 @@ class Optimal:
             tolerance=self.tolerance,
             call_overhead_s=sem.call_overhead_s,
             under_compute=sem.factor_under_compute if sem.under_compute else None,
-            min_factor=min([f for _, f in sem.under_compute], default=1.0),
+            min_factor=sem.min_factor_under_compute,
         )
         return ends if ends and end_s <= known[0] else known[2]

@@ -61,6 +61,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from commsched.cost.models import CostModel
+from commsched.sim.semantics import factor_with_call
 
 
 def contended_optimal_ends(
@@ -81,8 +82,10 @@ def contended_optimal_ends(
 
     ``slow_compute`` and ``slow_comm`` are the factors 1 + slowdown (>= 1); beside compute a
     bucket's all-reduce goes at 1 / (``slow_comm`` x (``under_compute(bytes)`` + ``call_overhead_s``
-    / T)) (``under_compute`` maps an array of sizes to factors; None is 1; ``min_factor`` is a lower
-    bound of it, for the pruning bounds), as :mod:`commsched.sim.contention` does: that is m in
+    / T)) (a negative ``call_overhead_s`` no lower than its floor:
+    :func:`~commsched.sim.semantics.factor_with_call`; ``under_compute`` maps an array of sizes to
+    factors; None is 1; ``min_factor`` is a lower bound of the whole factor, for the pruning
+    bounds), as :mod:`commsched.sim.contention` does: that is m in
     every formula above for that bucket.
     A factor below 1 makes m < 1, and then :func:`front_search` orders states by f + kappa p
     instead of f (its docstring), so the proof holds. ``upper_bound_s``
@@ -95,8 +98,7 @@ def contended_optimal_ends(
     def option(_k2: np.ndarray, nbytes: np.ndarray):
         t = cost.times_s(nbytes)
         under = under_compute(nbytes) if under_compute is not None else 1.0
-        if call_overhead_s:  # as the simulator: no d for an all-reduce that costs nothing
-            under = under + np.where(t > 0, call_overhead_s / np.where(t > 0, t, 1.0), 0.0)
+        under = factor_with_call(under, call_overhead_s, t)  # as the simulator
         return t, m * under, c
 
     # a factor below 1 makes all-reduces under compute cheaper: the bound on what is left shrinks

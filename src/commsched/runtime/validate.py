@@ -61,7 +61,7 @@ from commsched.errors import CommschedError
 from commsched.planners import DDP, STRATEGIES, WFBP, SyncEASGD, make_plan, planner_for
 from commsched.runtime.bench_comm import CommSamples
 from commsched.sim.contention import simulate_run
-from commsched.sim.semantics import GLOO_DEFAULT_THREADS, Semantics
+from commsched.sim.semantics import CALL_FLOOR, GLOO_DEFAULT_THREADS, Semantics
 from commsched.sim.timeline import ends_of_plan
 from commsched.types import ModelProfile, Plan, TensorSpec
 
@@ -263,9 +263,12 @@ def launch_costs(samples: list[dict], semantics: Semantics, profile: ModelProfil
     gradient, ends compute when the median pass's last gradient was ready (e: compute work per
     bucket launched) and its last all-reduce when the median pass's ``backward()`` returned, less
     ``finalize_s`` (DDP copying the gradients back, measured in the profile steps) (d: time per
-    all-reduce under compute beyond its factor). Each is the least value >= 0 that reaches its
-    target (0 when none is needed), found by bisection, e and then d in turn until neither moves by
-    a microsecond (d changes when all-reduces are in flight, which changes the rate compute runs
+    all-reduce under compute beyond its factor). e is the least value >= 0 that reaches its target
+    (0 when none is needed). d may be negative (the buckets went faster under compute than the
+    probe's chains say: once -0.4 ms per call on mobilenet_v2, BENCHMARKS.md): it is the least value
+    from the one at which every bucket's factor is at its floor (:func:`commsched.sim.semantics.factor_with_call`) that
+    reaches its target. Both by bisection, e and then d in turn until neither moves by a
+    microsecond (d changes when all-reduces are in flight, which changes the rate compute runs
     at), at most 8 times. Where the all-reduces keep up with compute (no queue), d too only slows
     compute and the two cannot be told apart: then the fit puts what it can in e, and the pass is
     made again all the same. (0, 0) for samples from before the pass was measured."""
@@ -275,21 +278,25 @@ def launch_costs(samples: list[dict], semantics: Semantics, profile: ModelProfil
     backward_s = statistics.median(x[0] for x in got)
     end_s = statistics.median(x[1] for x in got) - finalize_s
     ends = tuple(range(1, len(profile.tensors) + 1))
+    # below this d every bucket's factor under compute is at its floor: d changes nothing more
+    d_floor = -(1.0 - CALL_FLOOR) * max(semantics.factor_under_compute(t.bytes) * cost.time_s(t.bytes) for t in profile.tensors)
 
     def run(e: float, d: float) -> tuple[float, float]:
         tl = simulate_run(profile, ends, cost, replace(semantics, launch_compute_s=e, call_overhead_s=d))
         return tl.compute_s - profile.forward_s, tl.iteration_s - profile.optimizer_s - profile.forward_s
 
-    def least(f, target: float) -> float:
-        if f(0.0) >= target:
-            return 0.0
-        hi = 1e-4
-        while f(hi) < target:
-            if hi >= 1.0:  # a second per call is beyond any runtime: take it as the bound
-                return hi
-            hi *= 2.0
-        lo = 0.0
-        for _ in range(16):  # to 1/65536 of the bracket
+    def least(f, target: float, lo: float = 0.0) -> float:
+        if f(lo) >= target:
+            return lo
+        if lo < 0.0 and f(0.0) >= target:
+            hi = 0.0
+        else:
+            lo, hi = max(lo, 0.0), 1e-4
+            while f(hi) < target:
+                if hi >= 1.0:  # a second per call is beyond any runtime: take it as the bound
+                    return hi
+                lo, hi = hi, hi * 2.0
+        for _ in range(20):  # to a millionth of the bracket
             mid = 0.5 * (lo + hi)
             lo, hi = (mid, hi) if f(mid) < target else (lo, mid)
         return hi
@@ -298,7 +305,7 @@ def launch_costs(samples: list[dict], semantics: Semantics, profile: ModelProfil
     for _ in range(8):  # until neither moves by a microsecond
         e_was, d_was = e, d
         e = least(lambda x: run(x, d)[0], backward_s)
-        d = least(lambda x: run(e, x)[1], end_s)
+        d = least(lambda x: run(e, x)[1], end_s, d_floor)
         if abs(e - e_was) < 1e-6 and abs(d - d_was) < 1e-6:
             break
     return e, d
@@ -1088,7 +1095,7 @@ def _describe(sem: Semantics) -> str:
     return (
         f"{sem.backend} ({sem.threads} thread{'s' if sem.threads > 1 else ''}, gain {sem.concurrency_gain:.2f}), "
         f"compute {sem.compute_slowdown:+.0%} under an all-reduce{two}, all-reduces under compute {under} "
-        f"+ {sem.call_overhead_s * 1e6:.0f} us per call, {sem.launch_compute_s * 1e6:.0f} us of compute per launch"
+        f"{sem.call_overhead_s * 1e6:+.0f} us per call, {sem.launch_compute_s * 1e6:.0f} us of compute per launch"
     )
 
 

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from commsched.cost.contention import ClusterResources, ResourceConfig
 from commsched.cost.models import CostModel
 from commsched.errors import CommschedError
-from commsched.sim.semantics import NCCL, Semantics
+from commsched.sim.semantics import NCCL, Semantics, factor_with_call
 from commsched.sim.timeline import check_ends, prefix_bytes, simulate
 from commsched.types import ModelProfile, Span, Timeline
 
@@ -161,7 +161,7 @@ def _events(forward_s, work, pb, ends, cost: CostModel, sem: Semantics, per_buck
             # the size's factor and d apply only while compute runs (below): a bucket launched
             # under compute that waits in the queue, or outlasts compute, goes at its speed alone after
             alone[j] = cost.time_s(nbytes)
-            slow[j] = (1.0 + sem.comm_slowdown) * (sem.factor_under_compute(nbytes) + (d / alone[j] if alone[j] > 0 else 0.0))
+            slow[j] = (1.0 + sem.comm_slowdown) * factor_with_call(sem.factor_under_compute(nbytes), d, alone[j])
     else:
         alone, slow, cfac = per_bucket
     t = forward_s

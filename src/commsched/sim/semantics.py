@@ -27,7 +27,12 @@ Contention (LIBRA's g(b, r) in its simplest measured form, with a per-call term)
 - ``comm_slowdown`` m: while backward compute runs, an all-reduce progresses at 1 / (1 + m);
 - ``call_overhead_s`` d: while backward compute runs, an all-reduce of b bytes takes d seconds
   more than its factor says, (1 + m)(factor(b) T(b) + d) in all: its factor under compute is
-  factor(b) + d / T(b) (a T of 0 gets no d). A per-call cost that exists only beside compute: on
+  factor(b) + d / T(b) (a T of 0 gets no d). d may be negative: the buckets of the runtime then go
+  faster under compute than the factor says, to no less than ``CALL_FLOOR`` (a quarter) of it
+  (:func:`factor_with_call`). ``validate`` fits d to stock DDP's own buckets, and a pass of
+  mobilenet_v2 with 158 of them once needed -0.4 ms per call: its 16 KiB buckets took about 0.9
+  ms each under compute, where the probe's chains of 16 KiB all-reduces said 1.3 (BENCHMARKS.md).
+  A per-call cost that exists only beside compute: on
   the emulated cluster, buckets that stock DDP launched one per gradient from the backward pass
   took 0.10-0.28 ms more per call while the pass ran than a chain of 16 KiB all-reduces launched
   at its start, and went at their speed alone once it ended (``benchmarks/tail_rate.py``,
@@ -78,9 +83,29 @@ Backend = Literal["nccl", "gloo"]
 GLOO_DEFAULT_THREADS = 2  # ProcessGroupGloo::Options default in torch 2.14 (``_threads`` of the default group)
 
 
-def _check(what: str, v: float, upper: float) -> None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and 0 <= v <= upper):
-        raise CommschedError(f"{what} must be a finite number in [0, {upper:g}], got {v!r}")
+# a negative d speeds an all-reduce under compute up to this fraction of its factor's time, no more
+CALL_FLOOR = 0.25
+
+
+def _check(what: str, v: float, upper: float, lower: float = 0.0) -> None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and lower <= v <= upper):
+        raise CommschedError(f"{what} must be a finite number in [{lower:g}, {upper:g}], got {v!r}")
+
+
+def factor_with_call(factor, call_overhead_s: float, alone_s):
+    """An all-reduce's factor under compute with the per-call term: factor(b) + d / T(b) (a T of 0
+    gets no d), and for a negative d no less than ``CALL_FLOOR`` x factor(b). Scalars or numpy
+    arrays; the simulator and ``optimal_contended`` both use it, so they agree."""
+    if not call_overhead_s:
+        return factor
+    if np.ndim(factor) == 0 and np.ndim(alone_s) == 0:  # the simulator's case, per bucket: plain floats
+        out = factor + (call_overhead_s / alone_s if alone_s > 0 else 0.0)
+        return max(out, CALL_FLOOR * factor) if call_overhead_s < 0 else out
+    t = np.asarray(alone_s, dtype=np.float64)
+    out = factor + np.where(t > 0, call_overhead_s / np.where(t > 0, t, 1.0), 0.0)
+    if call_overhead_s < 0:
+        out = np.maximum(out, CALL_FLOOR * np.asarray(factor, dtype=np.float64))
+    return float(out) if np.ndim(out) == 0 else out
 
 
 @dataclass(frozen=True)
@@ -106,7 +131,7 @@ class Semantics:
         _check("compute_slowdown", self.compute_slowdown, 1e3)
         _check("comm_slowdown", self.comm_slowdown, 1e3)
         _check("launch_compute_s", self.launch_compute_s, 1e3)
-        _check("call_overhead_s", self.call_overhead_s, 1e3)
+        _check("call_overhead_s", self.call_overhead_s, 1e3, -1e3)
         if self.compute_slowdown_concurrent is not None:
             _check("compute_slowdown_concurrent", self.compute_slowdown_concurrent, 1e3)
         object.__setattr__(self, "under_compute", size_points("under_compute", self.under_compute, 100))
@@ -116,6 +141,12 @@ class Semantics:
         if not self.under_compute:
             return 1.0 if np.ndim(nbytes) == 0 else np.ones(np.shape(nbytes))
         return interp_log2(self.under_compute, nbytes)
+
+    @property
+    def min_factor_under_compute(self) -> float:
+        """A lower bound of every all-reduce's factor under compute, d included (planners prune with it)."""
+        low = min([f for _, f in self.under_compute], default=1.0)
+        return low * CALL_FLOOR if self.call_overhead_s < 0 else low
 
     @property
     def compute_slowdown_many(self) -> float:
