@@ -986,7 +986,9 @@ def repredict(report: dict, order: ModelProfile, resamples: int = 200) -> dict:
     """``report`` (a ``validate.json``) with its predictions made again by this code from the raw
     numbers it kept (profile steps, probes, the cost table, the plans, the measured steps); the
     measurements are unchanged. ``order`` gives the tensors' names and bytes in ready order
-    (``profile.json`` of the same run)."""
+    (``profile.json`` of the same run). ``resamples`` also decides, as in the run, whether the
+    concurrency gain and c2 are used (their bootstrap intervals): with a handful of resamples
+    those decisions, and so the predictions, can differ from the run's."""
     from commsched.cost.cluster import cluster_from_json
     from commsched.io import plan_from_json
 

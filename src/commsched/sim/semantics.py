@@ -32,7 +32,7 @@ Contention (LIBRA's g(b, r) in its simplest measured form, with a per-call term)
   (:func:`factor_with_call`). ``validate`` fits d to stock DDP's own buckets, and a pass of
   mobilenet_v2 with 158 of them once needed -0.4 ms per call: its 16 KiB buckets took about 0.9
   ms each under compute, where the probe's chains of 16 KiB all-reduces said 1.3 (BENCHMARKS.md).
-  A per-call cost that exists only beside compute: on
+  It was first seen as a cost, beside compute only: on
   the emulated cluster, buckets that stock DDP launched one per gradient from the backward pass
   took 0.10-0.28 ms more per call while the pass ran than a chain of 16 KiB all-reduces launched
   at its start, and went at their speed alone once it ended (``benchmarks/tail_rate.py``,
@@ -83,7 +83,9 @@ Backend = Literal["nccl", "gloo"]
 GLOO_DEFAULT_THREADS = 2  # ProcessGroupGloo::Options default in torch 2.14 (``_threads`` of the default group)
 
 
-# a negative d speeds an all-reduce under compute up to this fraction of its factor's time, no more
+# a negative d speeds an all-reduce under compute up to this fraction of its factor's time, no more:
+# it keeps every factor positive, with room below the fastest measured (about 0.7 of the factor,
+# mobilenet_v2's 16 KiB buckets)
 CALL_FLOOR = 0.25
 
 
