@@ -270,3 +270,43 @@ def test_profile_scales_backward_to_the_light_steps_and_adds_finalize_after_the_
     # reports from before either was measured: the recorded times as they are
     old = ProfileSteps(order, (0.1,) * 3, ((0.2, 0.4),) * 3, (0.01,) * 3).profile()
     assert [t.backward_s for t in old.tensors] == [pytest.approx(0.1), pytest.approx(0.2)] and old.optimizer_s == 0.01
+
+
+@pytest.mark.parametrize("factor, c, message_s", [(1.3, 0.5, 0.4), (1.3, 0.5, 3.0), (0.6, 0.2, 2.5), (2.0, 0.0, 0.9)])
+def test_chain_factor_inverts_the_simulator_also_when_the_chain_outlasts_the_pass(factor, c, message_s):
+    """One all-reduce of ``message_s`` alone launched at the start of a 1 s backward pass, simulated
+    with a known factor under compute: chain_factor gives the factor back whether it ended first
+    or outlasted the pass (then only the part under compute went at that factor). The ratio of per
+    call times, which the probe used before, is right only in the first case."""
+    from commsched.runtime.validate import chain_factor
+
+    size = int(message_s * 1e6)  # 1 us per byte
+    prof = ModelProfile("p", 1, "cpu", "measured", 0.0, (TensorSpec("m", size, 0.0), TensorSpec("w", 4, 1.0)))
+    sem = Semantics("gloo", 2, 0.0, c, 0.0, 0.0, None, ((size, factor),))
+    tl = simulate_run(prof, (1, 2), AlphaBeta(0.0, 1e-6), sem)
+    end, backward = tl.allreduces[0].end_s, tl.compute_s
+    # (to 1e-4: the pass's own 4-byte bucket shares the link for its 4 us)
+    assert chain_factor(message_s, end, backward, 1) == pytest.approx(factor, rel=1e-4)
+    if end > backward:
+        assert end / message_s != pytest.approx(factor, rel=1e-3)
+    samples = [{**probe(), f"chain_{size}": (message_s, end, backward, 1)}] * 3
+    assert contention_of(samples)["under_compute"][-1] == [size, pytest.approx(factor, rel=1e-4)]
+
+
+def test_chain_factor_without_a_pass_or_time_alone():
+    from commsched.runtime.validate import chain_factor
+
+    assert chain_factor(0.002, 0.003) == pytest.approx(1.5)  # the pass not kept: the ratio
+    assert chain_factor(0.0, 0.003, 1.0) is None
+    # ended 2 s after a 1 s pass but only 1.5 s alone: more than its whole time after the pass
+    assert chain_factor(1.5, 3.0, 1.0) is None
+
+
+def test_probe_sizes_reach_the_largest_bucket_up_to_64_mib():
+    from commsched.runtime.validate import MIB, probe_sizes
+
+    assert probe_sizes(4096) == (16384,)
+    assert probe_sizes(5 * MIB) == (16384, 131072, MIB)
+    assert probe_sizes(8 * MIB) == (16384, 131072, MIB, 8 * MIB)
+    assert probe_sizes(49_609_710 // 4 * 4 + 2) == (16384, 131072, MIB, 8 * MIB, 49_609_708)  # googlenet's gradients
+    assert probe_sizes(244_403_360) == (16384, 131072, MIB, 8 * MIB, 64 * MIB)  # alexnet's

@@ -73,6 +73,22 @@ PROBE_SIZES = (16 * 1024, 128 * 1024, 1 * MIB, 8 * MIB)  # from per-call costs t
 # two launched together share that wait), while the same runs measured -0.3 to +0.1 at 1 MiB; the
 # per-call costs of small all-reduces back to back are in the cost table already (bench_chains)
 GAIN_SIZES = (1 * MIB, 8 * MIB)
+# beyond PROBE_SIZES one more probe at the largest bucket a plan can have (every gradient), capped
+# here: the factor under compute and the cost table's drift were flat beyond 8 MiB before, and
+# wrong there. googlenet's 24 MB buckets went faster under compute than the 8 MiB chains said (its
+# plans over-predicted by 5-7%), and alexnet's 233 MB all-reduce took the 8 MiB anchors' drift of
+# -7% it did not have (1023 ms measured before and in the rounds, 950 predicted: synceasgd -6.8%)
+LARGE_PROBE_MAX = 64 * MIB
+
+
+def probe_sizes(max_bytes: int) -> tuple[int, ...]:
+    """The probe's message sizes for a model whose gradients are ``max_bytes`` in all:
+    ``PROBE_SIZES`` up to it, and beyond 8 MiB ``min(max_bytes, LARGE_PROBE_MAX)`` (a multiple of 4)."""
+    sizes = [s for s in PROBE_SIZES if s <= max(max_bytes, PROBE_SIZES[0])]
+    large = min(max_bytes, LARGE_PROBE_MAX) // 4 * 4
+    if large > PROBE_SIZES[-1]:
+        sizes.append(large)
+    return tuple(sizes)
 
 
 @dataclass(frozen=True)
@@ -320,8 +336,10 @@ class _Probe:
       sample is counted in ``long_message_ended_early``);
     - with more than one runtime thread, a backward pass with two such all-reduces launched at its
       start (compute slowdown c2 while both are in flight);
-    - for each probe size b: a chain of k all-reduces alone, and the same chain launched at the start
-      of a backward pass (k sized so the chain takes about a third of the backward pass);
+    - for each probe size b (:func:`probe_sizes`): a chain of k all-reduces alone, and the same
+      chain launched at the start of a backward pass (k sized so the chain takes about a third of
+      the backward pass, at least one call: the largest size's one call may outlast the pass,
+      which :func:`chain_factor` accounts for);
     - for each gain size: one all-reduce alone and two launched together;
     - at each probe size, the cost table's own measurement (:func:`bench_chains`' chain), so the
       table measured before the rounds can be brought to the rounds' minutes (:func:`drifted`);
@@ -340,7 +358,7 @@ class _Probe:
         device = _comm_device()
         self.long_msg = torch.zeros(int(min(max(3.0 * backward / per_byte, MIB), 2**28)) // 4, device=device)
         self.second_msg = torch.zeros_like(self.long_msg) if runtime_threads() > 1 else None
-        self.sizes = tuple(s for s in PROBE_SIZES if s <= max(max_bytes, PROBE_SIZES[0]))
+        self.sizes = probe_sizes(max_bytes)
         self.chains = {
             s: [torch.zeros(s // 4, device=device) for _ in range(max(1, min(32, round(backward / 3 / max(cost.time_s(s), 1e-6)))))]
             for s in self.sizes
@@ -433,7 +451,8 @@ def contention_of(
     chain_keys = sorted((k for k in samples[0] if k.startswith("chain_")), key=lambda k: int(k[6:]))
     per_size = {k[6:]: (med(k, 0), med(k, 1)) for k in chain_keys}
     # the per-size factor of all-reduces launched under compute: the semantics' ``under_compute``
-    under_compute = [[int(k), u / a] for k, (a, u) in per_size.items() if a > 0]
+    factors = {k[6:]: chain_factor(med(k, 0), med(k, 1), *((med(k, 2), samples[0][k][3]) if len(samples[0][k]) >= 4 else ())) for k in chain_keys}
+    under_compute = [[int(k), f] for k, f in factors.items() if f is not None]
     pair_keys = [k for k in samples[0] if k.startswith("pair_")]
 
     def gain(ss) -> float:
@@ -492,13 +511,31 @@ def contention_of(
         "compute_slowdown_concurrent": c2_used,
         "compute_overlap_s": overlap,
         "under_compute": under_compute,
-        "allreduce_per_call_s": {k: {"alone": a, "under_compute": u, "ratio": u / a} for k, (a, u) in per_size.items()},
+        # ratio: per call under compute over alone; factor: while compute ran (chain_factor)
+        "allreduce_per_call_s": {
+            k: {"alone": a, "under_compute": u, "ratio": u / a if a > 0 else None, "factor": factors[k]} for k, (a, u) in per_size.items()
+        },
         "compute_per_call_s": compute_per_call or None,
         "concurrency_gain_measured": g,
         "concurrency_gain_ci95": [lo, hi],
         "concurrency_gain": used,
         "samples": len(samples),
     }
+
+
+def chain_factor(alone_s: float, under_s: float, backward_s: float | None = None, calls: int = 1) -> float | None:
+    """The factor under compute (the semantics' ``under_compute``) of a chain of ``calls``
+    all-reduces, ``alone_s`` per call alone and ``under_s`` per call when launched at the start of a
+    backward pass that took ``backward_s``: the chain's time while compute ran over the time that
+    part of its work takes alone. A chain that outlasted the pass went at its speed alone after it
+    (:mod:`commsched.sim.semantics`), so that part is taken off both: with T = calls x alone_s, U =
+    calls x under_s and overlap = min(U, backward_s), the factor is overlap / (T - (U - overlap));
+    U / T when the chain ended first (or ``backward_s`` is not known). None when there is nothing to
+    divide by (no time alone, or a chain that ended early by more than its whole time alone)."""
+    total_alone, total_under = calls * alone_s, calls * under_s
+    overlap = total_under if backward_s is None else min(total_under, backward_s)
+    work = total_alone - (total_under - overlap)
+    return overlap / work if work > 0 and overlap > 0 else None
 
 
 def _interval(values: list[float]) -> tuple[float, float]:
