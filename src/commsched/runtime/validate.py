@@ -77,7 +77,8 @@ GAIN_SIZES = (1 * MIB, 8 * MIB)
 # here: the factor under compute and the cost table's drift were flat beyond 8 MiB before, and
 # wrong there. googlenet's 24 MB buckets went faster under compute than the 8 MiB chains said (its
 # plans over-predicted by 5-7%), and alexnet's 233 MB all-reduce took the 8 MiB anchors' drift of
-# -7% it did not have (1023 ms measured before and in the rounds, 950 predicted: synceasgd -6.8%)
+# -7% it did not have (1023 ms measured before the rounds and 1020 in a separate run, 950
+# predicted: synceasgd -6.8%)
 LARGE_PROBE_MAX = 64 * MIB
 
 
@@ -531,7 +532,8 @@ def chain_factor(alone_s: float, under_s: float, backward_s: float | None = None
     (:mod:`commsched.sim.semantics`), so that part is taken off both: with T = calls x alone_s, U =
     calls x under_s and overlap = min(U, backward_s), the factor is overlap / (T - (U - overlap));
     U / T when the chain ended first (or ``backward_s`` is not known). None when there is nothing to
-    divide by (no time alone, or a chain that ended early by more than its whole time alone)."""
+    divide by (no time alone, or a chain that ran on after the pass for longer than all of it takes
+    alone: noise)."""
     total_alone, total_under = calls * alone_s, calls * under_s
     overlap = total_under if backward_s is None else min(total_under, backward_s)
     work = total_alone - (total_under - overlap)
