@@ -300,6 +300,9 @@ def test_chain_factor_without_a_pass_or_time_alone():
     assert chain_factor(0.0, 0.003, 1.0) is None
     # ended 2 s after a 1 s pass but only 1.5 s alone: more than its whole time after the pass
     assert chain_factor(1.5, 3.0, 1.0) is None
+    # outlasted a 1 ms pass and did 0.02 ms of its 1 s of work under it: too noisy to divide by
+    assert chain_factor(1.0, 1.00098, 0.001) is None
+    assert chain_factor(1.0, 1.5, 1.0) == pytest.approx(2.0)  # half its work under compute: kept
 
 
 def test_probe_sizes_reach_the_largest_bucket_up_to_64_mib():
