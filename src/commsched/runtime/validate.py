@@ -452,7 +452,7 @@ def contention_of(
     chain_keys = sorted((k for k in samples[0] if k.startswith("chain_")), key=lambda k: int(k[6:]))
     per_size = {k[6:]: (med(k, 0), med(k, 1)) for k in chain_keys}
     # the per-size factor of all-reduces launched under compute: the semantics' ``under_compute``
-    factors = {k[6:]: chain_factor(med(k, 0), med(k, 1), *((med(k, 2), samples[0][k][3]) if len(samples[0][k]) >= 4 else ())) for k in chain_keys}
+    factors = {k[6:]: chain_factor(*per_size[k[6:]], *((med(k, 2), samples[0][k][3]) if len(samples[0][k]) >= 4 else ())) for k in chain_keys}
     under_compute = [[int(k), f] for k, f in factors.items() if f is not None]
     pair_keys = [k for k in samples[0] if k.startswith("pair_")]
 
