@@ -71,8 +71,11 @@ def main() -> None:
 
             reports[model] = repredict(reports[model], profile_from_json(json.loads((out / "profile.json").read_text())))
     print(f"Rate {args.rate_mbit} Mbit/s.\n")
-    print("| model | strategy | buckets | predicted ms | measured ms (median [min, max]) | error [95% interval] | error, numbers before run | speedup vs stock DDP [95%] |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(
+        "| model | strategy | buckets | predicted ms | measured ms (median [min, max]) | error [95% interval] "
+        "| error paired by round [95%] | error, numbers before run | speedup vs stock DDP [95%] |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     for model, rep in reports.items():
         rows = sorted(rep["strategies"].items(), key=lambda kv: kv[1]["measured_s"]) + [("stock DDP (defaults)", rep["stock_ddp"])]
         for name, r in rows:
@@ -81,15 +84,18 @@ def main() -> None:
             print(
                 f"| {model} | {name} | {r['buckets']} | {r['iteration_s'] * 1e3:.1f} | "
                 f"{r['measured_s'] * 1e3:.1f} [{r['measured_min_s'] * 1e3:.1f}, {r['measured_max_s'] * 1e3:.1f}] | "
-                f"{r['error']:+.1%} [{r['error_ci95'][0]:+.1%}, {r['error_ci95'][1]:+.1%}] | {before} | {sp} |"
+                f"{r['error']:+.1%} [{r['error_ci95'][0]:+.1%}, {r['error_ci95'][1]:+.1%}] | "
+                f"{r['error_paired']:+.1%} [{r['error_paired_ci95'][0]:+.1%}, {r['error_paired_ci95'][1]:+.1%}] | {before} | {sp} |"
             )
     rows = [r for rep in reports.values() for r in [*rep["strategies"].values(), rep["stock_ddp"]]]
     errors = [abs(r["error"]) for r in rows]
+    paired = [abs(r["error_paired"]) for r in rows]
     before = [abs(r["error_before_run"]) for r in rows if r.get("error_before_run") is not None]
     inside = sum(lo <= 0 <= hi for lo, hi in (r["error_ci95"] for r in rows))
     within = sum(-0.05 <= lo and hi <= 0.05 for lo, hi in (r["error_ci95"] for r in rows))
     print(
-        f"\nprediction error over all models and variants: median {statistics.median(errors):.1%}, worst {max(errors):.1%} "
+        f"\nprediction error over all models and variants: median {statistics.median(errors):.1%}, worst {max(errors):.1%}; "
+        f"paired by round: median {statistics.median(paired):.1%}, worst {max(paired):.1%} "
         f"(numbers before the run: median {statistics.median(before):.1%}, worst {max(before):.1%}); "
         f"95% interval holds 0 in {inside}/{len(rows)}, lies within +-5% in {within}/{len(rows)}"
     )

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from commsched.runtime.validate import probe_sizes
 from tests.distributed.launch import free_port
 
@@ -31,6 +33,10 @@ def test_validate_end_to_end(tmp_path):
         assert abs(row["error"] - (row["iteration_s"] / row["measured_s"] - 1)) < 1e-12
         lo, hi = row["error_ci95"]
         assert lo <= hi
+        # paired by round: one error per round (2), their median, an interval around it
+        assert len(row["error_per_round"]) == 2 and row["error_paired"] == pytest.approx(sum(row["error_per_round"]) / 2)
+        lo, hi = row["error_paired_ci95"]
+        assert lo <= row["error_paired"] <= hi
         lo, hi = row["speedup_ci95"]
         assert 0 < lo <= hi
     for row in doc["strategies"].values():
@@ -91,6 +97,7 @@ def test_validate_end_to_end(tmp_path):
     for name, row in [*doc["strategies"].items(), ("stock", doc["stock_ddp"])]:
         new = again["stock_ddp"] if name == "stock" else again["strategies"][name]
         assert new["iteration_s"] == row["iteration_s"] and new["error_ci95"] == row["error_ci95"], name
+        assert new["error_per_round"] == row["error_per_round"] and new["error_paired_ci95"] == row["error_paired_ci95"], name
         assert new["speedup_vs_stock_ddp"] == row["speedup_vs_stock_ddp"] and new["timeline"] == row["timeline"]
 
 

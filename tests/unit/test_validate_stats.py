@@ -313,3 +313,37 @@ def test_probe_sizes_reach_the_largest_bucket_up_to_64_mib():
     assert probe_sizes(8 * MIB) == (16384, 131072, MIB, 8 * MIB)
     assert probe_sizes(49_609_710 // 4 * 4 + 2) == (16384, 131072, MIB, 8 * MIB, 49_609_708)  # googlenet's gradients
     assert probe_sizes(244_403_360) == (16384, 131072, MIB, 8 * MIB, 64 * MIB)  # alexnet's
+
+
+def test_paired_error_is_the_models_error_when_the_machine_changes_speed_between_rounds():
+    from commsched.runtime.validate import paired_error
+
+    order = ModelProfile("m", 1, "cpu", "measured", 0.1, tuple(TensorSpec(n, 4_000_000, 0.0) for n in "abc"))
+    cost = AlphaBeta(0.002, 2e-8)  # 82 ms a tensor: the all-reduces outlast the compute between them
+    sem = Semantics("gloo", 2, compute_slowdown=0.2, under_compute=((4, 1.3),))
+    ends = (1, 2, 3)
+    # 6 rounds at 0.6 of full speed, then 6 at full speed (resnet18 at 2 Gbit/s, 2026-11-24, was
+    # slow for 7 of 12), two steps a round: compute slows, the all-reduces do not
+    speeds = [0.6] * 6 + [1.0] * 6
+    fwd, ready, opt, light = [], [], [], []
+    for v in speeds:
+        for _ in range(2):
+            fwd.append(0.03 / v)
+            ready.append(tuple((0.03 + 0.02 * k) / v for k in (1, 2, 3)))
+            opt.append(0.005 / v)
+        light.append(0.06 / v)
+    steps = ProfileSteps(order, tuple(fwd), tuple(ready), tuple(opt), (0.0,) * len(fwd), tuple(light))
+    truth = []
+    for r in range(len(speeds)):
+        p = steps.profile([2 * r, 2 * r + 1], [r])
+        truth += [simulate_run(p, ends, cost, sem).iteration_s] * 2
+    pooled = simulate_run(steps.profile(), ends, cost, sem).iteration_s / sorted(truth)[len(truth) // 2] - 1
+    # the median profile (between the phases) does not predict the median step (between them too)
+    assert abs(pooled) > 0.02, pooled
+    exact = paired_error(steps, ends, cost, sem, truth, steps=2, resamples=50)
+    assert exact["error_paired"] == pytest.approx(0.0, abs=1e-12) and exact["error_paired_ci95"] == pytest.approx([0.0, 0.0], abs=1e-12)
+    # a model 5% slow in every round is 5% slow, whatever the machine did
+    slow = paired_error(steps, ends, cost, sem, [t / 1.05 for t in truth], steps=2, resamples=50)
+    assert slow["error_paired"] == pytest.approx(0.05) and len(slow["error_per_round"]) == len(speeds)
+    with pytest.raises(CommschedError, match="no whole round"):
+        paired_error(steps, ends, cost, sem, truth[:1], steps=2, resamples=50)
