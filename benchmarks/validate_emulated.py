@@ -75,7 +75,7 @@ def main() -> None:
     print(f"Rate {args.rate_mbit} Mbit/s.\n")
     print(
         "| model | strategy | buckets | predicted ms | measured ms (median [min, max]) | error [95% interval] "
-        "| error paired by round [95%] | error, numbers before run | speedup vs stock DDP [95%] |"
+        "| error paired in time [95%] | error, numbers before run | speedup vs stock DDP [95%] |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for model, rep in reports.items():
@@ -97,7 +97,7 @@ def main() -> None:
     within = sum(-0.05 <= lo and hi <= 0.05 for lo, hi in (r["error_ci95"] for r in rows))
     print(
         f"\nprediction error over all models and variants: median {statistics.median(errors):.1%}, worst {max(errors):.1%}; "
-        f"paired by round: median {statistics.median(paired):.1%}, worst {max(paired):.1%} "
+        f"paired in time: median {statistics.median(paired):.1%}, worst {max(paired):.1%} "
         f"(numbers before the run: median {statistics.median(before):.1%}, worst {max(before):.1%}); "
         f"95% interval holds 0 in {inside}/{len(rows)}, lies within +-5% in {within}/{len(rows)}"
     )

@@ -53,9 +53,12 @@ def test_validate_end_to_end(tmp_path):
     # the profile steps' finalize time (DDP copying the gradients back) is in the profile's optimizer_s
     finalize = doc["raw"]["profile_steps"]["finalize_s"]
     assert len(finalize) == len(doc["raw"]["profile_steps"]["optimizer_s"]) and min(finalize) >= 0
-    # one light step (recorder paused) per round: the backward pass the profile is scaled to
+    # one light step (recorder paused) before each variant's steps in each round: the backward
+    # pass the profile is scaled to, and the speed each variant's prediction is paired with
     light = doc["raw"]["profile_steps"]["backward_unrecorded_s"]
-    assert len(light) == 2 and min(light) > 0
+    assert len(light) == 2 * 4 and min(light) > 0
+    before = doc["raw"]["profile_steps"]["light_before"]
+    assert set(before) == {"optimal", "ddp", "synceasgd", "torch-ddp"} and sorted(sum(before.values(), [])) == list(range(8))
     sizes = [b for b, _ in sem["under_compute"]]
     assert sizes == sorted(sizes) and set(map(str, sizes)) <= set(doc["contention"]["allreduce_per_call_s"])
     # PROBE_SIZES and the largest bucket a plan can have (all of resnet18's 44.6 MiB of gradients)

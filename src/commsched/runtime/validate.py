@@ -26,11 +26,12 @@ with its defaults. Every rank, in lockstep:
    bucket under the measured semantics: :class:`~commsched.planners.Optimal`);
 5. trains every strategy and stock DDP, interleaved round by round (A B C ... C A B ..., a random
    order each round, the same on every rank), each from the same weights; speedups over stock DDP
-   and, beside the pooled error, the prediction error (:func:`paired_error`) are paired by round;
+   and, beside the pooled error, the prediction error (:func:`paired_error`) are paired in time;
    each round also repeats the profile steps and one probe of step 3 (with the cost table's own
    measurement at the probe sizes, by which the table is brought to the rounds' minutes), so that
    what predicts and what is predicted are measured over the same minutes (this machine's compute
-   and all-reduce times drift 10-50% between minutes). After the rounds each variant runs recorded steps (stock DDP,
+   and all-reduce times drift 10-50% between minutes), and runs one unrecorded profile step just
+   before each variant's steps (the machine's speed at that moment, for the paired error). After the rounds each variant runs recorded steps (stock DDP,
    :class:`~commsched.runtime.record.StepRecorder`) for the measured timelines.
 
 Rank 0 prints predicted vs measured step time with the error and its 95% bootstrap interval, and the
@@ -876,6 +877,8 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
     m = copy.deepcopy(base)
     variants[STOCK] = (_step_fn(m, nn.parallel.DistributedDataParallel(m), inputs, loss_fn, cfg.lr), None)
     times: dict[str, list[float]] = {k: [] for k in variants}
+    light_before: dict[str, list[int]] = {k: [] for k in variants}  # per round, the light step run just before
+    light_kept = 0
     probes = []
     # one untimed step of everything first (DDP rebuilds its buckets after it; allocations); after
     # that no warm-up between variants: the first step after a switch is a few percent slower for
@@ -889,7 +892,6 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
         dist.barrier()
         for _ in range(cfg.steps):
             profile_steps.step(keep=True)
-        profile_steps.light_step(keep=True)
         probes.append(probe.sample())
         # a new random order every round (the same on every rank): a variant that always ran first
         # after the probe (whose long all-reduces drain the link's token bucket), always last, or
@@ -898,6 +900,12 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
         # 4-10% with the order rotated each round, which keeps every variant's predecessor
         for name in random.Random(r).sample(names, len(names)):
             step = variants[name][0]
+            dist.barrier()
+            # the machine's speed just before the variant's steps: what pairs its prediction with
+            # them (:func:`paired_error`); the machine moves speed within a round
+            light_before[name].append(light_kept)
+            profile_steps.light_step(keep=True)
+            light_kept += 1
             dist.barrier()
             for _ in range(cfg.steps):
                 times[name].append(step())
@@ -926,7 +934,7 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
     profile = steps_table.profile()
     contention = probe.report(probes_all, cfg.resamples, threads)
     rows, semantics, cost_in_rounds = predictions(
-        steps_table, probes_all, contention, cluster, plans, measured, cfg.steps, cfg.resamples, backend, threads
+        steps_table, probes_all, contention, cluster, plans, measured, cfg.steps, cfg.resamples, backend, threads, light_before
     )
     for name, row in rows.items():
         row["timeline"]["measured"] = {k: _max_or_none(t[name][k] for t in timelines) for k in timelines[0][name]}
@@ -961,6 +969,7 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
                 "optimizer_s": list(steps_table.optimizer_s),
                 "finalize_s": list(steps_table.finalize_s),
                 "backward_unrecorded_s": list(steps_table.backward_unrecorded_s),
+                "light_before": light_before,
             },
         },
     }
@@ -984,11 +993,14 @@ def predictions(
     resamples: int,
     backend: str,
     threads: int,
+    light_before: dict[str, list[int]] | None = None,
 ) -> tuple[dict[str, dict], Semantics, Table]:
     """Every variant's prediction from the numbers measured in the rounds, against its measured
     steps: one row per plan and one for stock DDP's own buckets (under ``STOCK``), the semantics and
     the drifted cost table that predicted. ``contention`` is :func:`contention_of` over ``probes``;
-    each plan carries its own prediction, made from the numbers before the rounds."""
+    each plan carries its own prediction, made from the numbers before the rounds. ``light_before``:
+    per variant, the light step run just before its steps in each round (:func:`paired_error`;
+    without it, as in reports from before, the light step of each round's start)."""
     profile = steps_table.profile()
     ends_of = {name: ends_of_plan(profile, plan) for name, plan in plans.items()}
     ends_of[STOCK] = DDP().ends(profile, cluster.allreduce)  # stock DDP's own buckets
@@ -996,7 +1008,14 @@ def predictions(
     cost_in_rounds = drifted(cluster.allreduce, anchors_of(probes))
     semantics = measured_semantics(probes, contention, backend, profile, cost_in_rounds, steps_table.finalize())
     intervals = error_intervals(steps_table, probes, ends_of, cluster, measured, resamples, backend, threads)
-    paired = {name: paired_error(steps_table, ends, cost_in_rounds, semantics, measured[name], steps, resamples) for name, ends in ends_of.items()}
+    rounds = len(measured[STOCK]) // steps
+    paired = {
+        name: paired_error(
+            steps_table, ends, cost_in_rounds, semantics, measured[name], steps,
+            light_before[name] if light_before else list(range(rounds)), resamples,
+        )
+        for name, ends in ends_of.items()
+    }
     rows = {}
     for name, ends in ends_of.items():
         tl = simulate_run(profile, ends, cost_in_rounds, semantics)
@@ -1052,7 +1071,8 @@ def repredict(report: dict, order: ModelProfile, resamples: int = 200) -> dict:
     measured = {name: row["steps_s"] for name, row in report["strategies"].items()}
     measured[STOCK] = report["stock_ddp"]["steps_s"]
     rows, semantics, cost_in_rounds = predictions(
-        steps_table, probes, contention, cluster, plans, measured, report["steps_per_round"], resamples, report["backend"], threads
+        steps_table, probes, contention, cluster, plans, measured, report["steps_per_round"], resamples, report["backend"], threads,
+        report["raw"]["profile_steps"].get("light_before"),
     )
     old = {**report["strategies"], STOCK: report["stock_ddp"]}
     for name, row in rows.items():
@@ -1065,27 +1085,36 @@ def repredict(report: dict, order: ModelProfile, resamples: int = 200) -> dict:
 
 def paired_error(
     steps_table: ProfileSteps, ends: tuple[int, ...], cost: Table, semantics: Semantics, measured: list[float], steps: int,
-    resamples: int, seed: int = 0,
+    light: list[int], resamples: int, seed: int = 0,
 ) -> dict:
-    """The prediction error paired by round, as :func:`paired_speedup` pairs speedups: per round, the
-    prediction from that round's own profile steps (its ``steps`` recorded steps and its light step)
-    over the variant's mean step in the same round, minus 1; the median over rounds, with a 95%
-    bootstrap interval over rounds. The cost table and the semantics are the whole run's: they are
-    fitted from many probes, while one round's are too few.
+    """The prediction error paired in time, as :func:`paired_speedup` pairs speedups: per round, the
+    run's profile with every compute time scaled by the machine's speed at that moment (the light
+    step ``light[r]``, run just before the variant's steps, against the median light step),
+    predicted and set over the variant's mean step in that round, minus 1; the median over rounds,
+    with a 95% bootstrap interval over rounds. The per-tensor shares, the cost table and the
+    semantics are the whole run's: one round's are too few.
 
     Why: the machine's compute speed moves in phases of seconds to minutes (resnet18 at 2 Gbit/s,
-    2026-11-24: steps at 0.6 of their speed for 7 rounds of 12), and the step time is not linear in
-    the compute times (all-reduces overlap compute and do not slow alike), so the prediction from the
-    median profile of a run with two phases is not the median of its steps: that error is the
-    machine's, not the model's. The pooled ``error`` is kept beside this one.
+    2026-11-24: steps at 0.6 of their speed for 7 rounds of 12; bert_small, 2026-11-25: steps of
+    one variant 460-880 ms, slow and fast rounds), and the step time is not linear in the compute
+    times (all-reduces overlap compute and do not slow alike), so the prediction from the median
+    profile of a run with two phases is not the median of its steps: that error is the machine's,
+    not the model's. The pooled ``error`` is kept beside this one.
     """
-    rounds = min(len(steps_table.forward_end_s), len(measured)) // steps
-    light = len(steps_table.backward_unrecorded_s) >= rounds
+    rounds = min(len(measured) // steps, len(light))
     if rounds == 0:
         raise CommschedError(f"no whole round to pair: {len(measured)} measured steps, {steps} per round")
+    if not steps_table.backward_unrecorded_s or max(light[:rounds]) >= len(steps_table.backward_unrecorded_s):
+        raise CommschedError(f"light steps {light[:rounds]} not among the {len(steps_table.backward_unrecorded_s)} measured")
+    base = steps_table.profile()
+    typical = statistics.median(steps_table.backward_unrecorded_s)
     errors = []
     for r in range(rounds):
-        profile = steps_table.profile(list(range(r * steps, (r + 1) * steps)), [r] if light else None)
+        speed = steps_table.backward_unrecorded_s[light[r]] / typical  # > 1: slower than usual
+        profile = replace(
+            base, forward_s=base.forward_s * speed, optimizer_s=base.optimizer_s * speed,
+            tensors=tuple(replace(t, backward_s=t.backward_s * speed) for t in base.tensors),
+        )
         errors.append(simulate_run(profile, ends, cost, semantics).iteration_s / statistics.fmean(measured[r * steps : (r + 1) * steps]) - 1)
     rng = random.Random(seed)
     lo, hi = _interval([statistics.median(errors[rng.randrange(rounds)] for _ in range(rounds)) for _ in range(max(1, resamples))])
@@ -1258,7 +1287,7 @@ def print_report(report: dict) -> None:
         title_justify="left",
     )
     for c in (
-        "strategy", "buckets", "predicted ms", "measured ms [min, max]", "error [95% interval]", "error paired by round [95%]",
+        "strategy", "buckets", "predicted ms", "measured ms [min, max]", "error [95% interval]", "error paired in time [95%]",
         "error, numbers before run", "speedup vs stock DDP [95%]",
     ):
         t.add_column(c, justify="left" if c == "strategy" else "right")
@@ -1285,7 +1314,7 @@ def print_report(report: dict) -> None:
     paired = [abs(r["error_paired"]) for r in [*report["strategies"].values(), s] if "error_paired" in r]
     msg = (
         f"prediction error: median {statistics.median(errs):.1%}, worst {max(errs):.1%} "
-        + (f"(paired by round: median {statistics.median(paired):.1%}, worst {max(paired):.1%}) " if paired else "")
+        + (f"(paired in time: median {statistics.median(paired):.1%}, worst {max(paired):.1%}) " if paired else "")
         + 
         f"(from the numbers measured before the run: median {statistics.median(before):.1%}, worst {max(before):.1%})"
     )
