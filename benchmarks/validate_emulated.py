@@ -40,13 +40,6 @@ MODELS = {  # CPU-friendly sizes, shapes of every kind
 DEFAULT = ["resnet18", "resnet50", "bert_small", "mobilenet_v2", "alexnet", "googlenet"]
 
 
-def paired_cell(row: dict) -> str:
-    if "error_paired" not in row:  # a report from before it was measured (--repredict makes it)
-        return "-"
-    lo, hi = row["error_paired_ci95"]
-    return f"{row['error_paired']:+.1%} [{lo:+.1%}, {hi:+.1%}]"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rate-mbit", default="2000")
@@ -61,6 +54,7 @@ def main() -> None:
         help="with --report-only: make the predictions again with this code from each run's raw numbers (measurements unchanged)",
     )
     args = ap.parse_args()
+    from commsched.runtime.validate import paired_cell  # imports torch: after the arguments are read
     reports = {}
     for model in args.models.split(","):
         out = Path(args.out).resolve() / args.rate_mbit / model

@@ -341,14 +341,14 @@ def test_paired_error_is_the_models_error_when_the_machine_changes_speed_between
     # the median profile (between the phases) does not predict the median step (between them too)
     assert abs(pooled) > 0.02, pooled
     # one light step a round, run just before the variant's steps
-    exact = paired_error(steps, ends, cost, sem, truth, 2, list(range(12)), resamples=50)
+    exact = paired_error(steps, steps.profile(), ends, cost, sem, truth, 2, list(range(12)), resamples=50)
     assert exact["error_paired"] == pytest.approx(0.0, abs=1e-12) and exact["error_paired_ci95"] == pytest.approx([0.0, 0.0], abs=1e-12)
     # a model 5% slow in every round is 5% slow, whatever the machine did
-    slow = paired_error(steps, ends, cost, sem, [t / 1.05 for t in truth], 2, list(range(12)), resamples=50)
+    slow = paired_error(steps, steps.profile(), ends, cost, sem, [t / 1.05 for t in truth], 2, list(range(12)), resamples=50)
     assert slow["error_paired"] == pytest.approx(0.05) and len(slow["error_per_round"]) == len(speeds)
     # paired with the wrong light steps (every round with the first, a slow one), the error is not 0
-    assert paired_error(steps, ends, cost, sem, truth, 2, [0] * 12, resamples=50)["error_paired"] > 0.02
+    assert paired_error(steps, steps.profile(), ends, cost, sem, truth, 2, [0] * 12, resamples=50)["error_paired"] > 0.02
     with pytest.raises(CommschedError, match="no whole round"):
-        paired_error(steps, ends, cost, sem, truth[:1], 2, [0], resamples=50)
+        paired_error(steps, steps.profile(), ends, cost, sem, truth[:1], 2, [0], resamples=50)
     with pytest.raises(CommschedError, match="not among the 12"):
-        paired_error(steps, ends, cost, sem, truth, 2, [12] * 12, resamples=50)
+        paired_error(steps, steps.profile(), ends, cost, sem, truth, 2, [12] * 12, resamples=50)

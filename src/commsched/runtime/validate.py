@@ -1011,7 +1011,7 @@ def predictions(
     rounds = len(measured[STOCK]) // steps
     paired = {
         name: paired_error(
-            steps_table, ends, cost_in_rounds, semantics, measured[name], steps,
+            steps_table, profile, ends, cost_in_rounds, semantics, measured[name], steps,
             light_before[name] if light_before else list(range(rounds)), resamples,
         )
         for name, ends in ends_of.items()
@@ -1084,13 +1084,14 @@ def repredict(report: dict, order: ModelProfile, resamples: int = 200) -> dict:
 
 
 def paired_error(
-    steps_table: ProfileSteps, ends: tuple[int, ...], cost: Table, semantics: Semantics, measured: list[float], steps: int,
-    light: list[int], resamples: int, seed: int = 0,
+    steps_table: ProfileSteps, profile: ModelProfile, ends: tuple[int, ...], cost: Table, semantics: Semantics,
+    measured: list[float], steps: int, light: list[int], resamples: int, seed: int = 0,
 ) -> dict:
     """The prediction error paired in time, as :func:`paired_speedup` pairs speedups: per round, the
     run's profile with every compute time scaled by the machine's speed at that moment (the light
     step ``light[r]``, run just before the variant's steps, against the median light step),
-    predicted and set over the variant's mean step in that round, minus 1; the median over rounds,
+    predicted and set over the variant's mean step in that round, minus 1 (``profile``: the run's,
+    ``steps_table.profile()``, made once by the caller for every variant); the median over rounds,
     with a 95% bootstrap interval over rounds. The per-tensor shares, the cost table and the
     semantics are the whole run's: one round's are too few.
 
@@ -1106,16 +1107,15 @@ def paired_error(
         raise CommschedError(f"no whole round to pair: {len(measured)} measured steps, {steps} per round")
     if not steps_table.backward_unrecorded_s or max(light[:rounds]) >= len(steps_table.backward_unrecorded_s):
         raise CommschedError(f"light steps {light[:rounds]} not among the {len(steps_table.backward_unrecorded_s)} measured")
-    base = steps_table.profile()
     typical = statistics.median(steps_table.backward_unrecorded_s)
     errors = []
     for r in range(rounds):
         speed = steps_table.backward_unrecorded_s[light[r]] / typical  # > 1: slower than usual
-        profile = replace(
-            base, forward_s=base.forward_s * speed, optimizer_s=base.optimizer_s * speed,
-            tensors=tuple(replace(t, backward_s=t.backward_s * speed) for t in base.tensors),
+        at_speed = replace(
+            profile, forward_s=profile.forward_s * speed, optimizer_s=profile.optimizer_s * speed,
+            tensors=tuple(replace(t, backward_s=t.backward_s * speed) for t in profile.tensors),
         )
-        errors.append(simulate_run(profile, ends, cost, semantics).iteration_s / statistics.fmean(measured[r * steps : (r + 1) * steps]) - 1)
+        errors.append(simulate_run(at_speed, ends, cost, semantics).iteration_s / statistics.fmean(measured[r * steps : (r + 1) * steps]) - 1)
     rng = random.Random(seed)
     lo, hi = _interval([statistics.median(errors[rng.randrange(rounds)] for _ in range(rounds)) for _ in range(max(1, resamples))])
     return {"error_paired": statistics.median(errors), "error_paired_ci95": [lo, hi], "error_per_round": errors}
@@ -1266,8 +1266,10 @@ def _write(report: dict, records: list, profile: ModelProfile, plan: Plan, clust
         print(f"note: validate-report.html not written: {e}", file=sys.stderr)
 
 
-def _paired(row: dict) -> str:
-    if "error_paired" not in row:  # reports from before it was measured
+def paired_cell(row: dict) -> str:
+    """A row's paired error and its interval as a table cell; "-" for reports from before it was
+    measured (``repredict`` makes it)."""
+    if "error_paired" not in row:
         return "-"
     lo, hi = row["error_paired_ci95"]
     return f"{row['error_paired']:+.1%} [{lo:+.1%}, {hi:+.1%}]"
@@ -1298,7 +1300,7 @@ def print_report(report: dict) -> None:
             f"{r['iteration_s'] * 1e3:.1f}",
             f"{r['measured_s'] * 1e3:.1f} [{r['measured_min_s'] * 1e3:.1f}, {r['measured_max_s'] * 1e3:.1f}]",
             f"{r['error']:+.1%} [{r['error_ci95'][0]:+.1%}, {r['error_ci95'][1]:+.1%}]",
-            _paired(r),
+            paired_cell(r),
             f"{r['error_before_run']:+.1%}",
             f"{r['speedup_vs_stock_ddp']:.3f}x [{r['speedup_ci95'][0]:.3f}, {r['speedup_ci95'][1]:.3f}]",
         )
@@ -1306,7 +1308,7 @@ def print_report(report: dict) -> None:
     t.add_row(
         f"{STOCK} (defaults)", str(s["buckets"]), f"{s['iteration_s'] * 1e3:.1f}",
         f"{s['measured_s'] * 1e3:.1f} [{s['measured_min_s'] * 1e3:.1f}, {s['measured_max_s'] * 1e3:.1f}]",
-        f"{s['error']:+.1%} [{s['error_ci95'][0]:+.1%}, {s['error_ci95'][1]:+.1%}]", _paired(s), "-", "1.000x",
+        f"{s['error']:+.1%} [{s['error_ci95'][0]:+.1%}, {s['error_ci95'][1]:+.1%}]", paired_cell(s), "-", "1.000x",
     )
     Console(width=170).print(t)
     errs = [abs(r["error"]) for r in report["strategies"].values()] + [abs(s["error"])]
