@@ -78,7 +78,7 @@ def test_validate_end_to_end(tmp_path):
     for name, row in doc["strategies"].items():
         assert abs(doc["plans"][name]["predicted"]["iteration_s"] - row["predicted_before_run_s"]) <= 1e-12 * row["predicted_before_run_s"]
     # predictions use the per-call times of all-reduces launched back to back, as a table
-    assert doc["comm_samples"]["statistic"] == "mean" and doc["comm_samples"]["sizes_bytes"][-1] >= doc["profile"]["bytes"]
+    assert doc["comm_samples"]["statistic"] == "median" and doc["comm_samples"]["sizes_bytes"][-1] >= doc["profile"]["bytes"]
     assert doc["cluster"]["allreduce"]["model"] == "table" and "back to back" in doc["cluster"]["source"]
     assert doc["contention"]["compute_slowdown"] >= 0 and doc["contention"]["under_compute"] == sem["under_compute"]
     assert "ddp_caps_vs_stock_ddp" in doc
@@ -116,7 +116,7 @@ def test_chains_time_all_reduces_per_call_as_ddp_launches_them():
     docs = results(run_workers("runtime_bench.py", []))
     assert docs[0] == docs[1]  # the ranks combine their numbers, so all hold the same
     d = docs[0]
-    assert d["statistic"] == "mean" and d["backend"] == "gloo" and d["world_size"] == 2
+    assert d["statistic"] == "median" and d["backend"] == "gloo" and d["world_size"] == 2
     assert d["threads"] == 2 and not d["fallback"]  # ProcessGroupGloo's default threads, read from the group
     assert d["sizes_bytes"] == [4, 64, 4096, 64 << 20] and d["chains"] == [8, 8, 8, 1]
     assert all(0 <= lo <= t <= hi and t > 0 for lo, t, hi in zip(d["min_s"], d["time_s"], d["max_s"])), d

@@ -170,29 +170,34 @@ def chain_length(size_bytes: int) -> int:
 def bench_chains(sizes_bytes: tuple[int, ...], repeats: int) -> CommSamples:
     """All-reduce time per call as the runtime issues it (module docstring, step 2).
 
-    ``time_s`` is per size the slowest rank's mean per call over ``repeats`` chains (``statistic``
-    "mean": a plan's buckets pay the mean, and on this project's 2-core machines per-call times
-    are bimodal, an answer at once or after a scheduler tick); ``min_s``/``max_s`` the fastest and
-    slowest chain's per-call time on any rank. Every rank must call it with the same arguments.
+    ``time_s`` is per size the slowest rank's median over ``repeats`` chains of the chain's time
+    per call. Within a chain the time is a mean over its calls (a plan's buckets pay the mean, and
+    on this project's 2-core machines per-call times are bimodal, an answer at once or after a
+    scheduler tick); over chains the median (``statistic`` "median"), since what is predicted is a
+    median step, and a median step does not pay a chain that stalled: googlenet's cost table once
+    had 16 MiB at 90 ms, the mean of four chains of 70-74 ms and one of 160 ms, where every other
+    size went at the link's 239 MB/s; that one point put its buckets of 13-18 MB 20 ms too slow and
+    its 7-bucket plans 8% (BENCHMARKS.md). ``min_s``/``max_s`` the fastest and slowest chain's
+    per-call time on any rank. Every rank must call it with the same arguments.
     """
     sizes = tuple(sorted(set(sizes_bytes)))
     if not sizes or any(s <= 0 or s % 4 for s in sizes):
         raise CommschedError(f"chain sizes must be positive multiples of 4 bytes, got {list(sizes_bytes)}")
     device = _comm_device()
-    means, lows, highs = [], [], []
+    medians, lows, highs = [], [], []
     for s in sizes:
         k = chain_length(s)
         bufs = [torch.zeros(s // 4, device=device) for _ in range(k)]
         _chain_s(bufs)  # warm-up: first touch of the buffers
         dist.barrier()
         per_call = [_chain_s(bufs) / k for _ in range(repeats)]
-        means.append(statistics.fmean(per_call))
+        medians.append(statistics.median(per_call))
         lows.append(min(per_call))
         highs.append(max(per_call))
     return CommSamples(
         dist.get_backend(), dist.get_world_size(), sizes,
-        tuple(_max_over_ranks(means)), tuple(_max_over_ranks(lows, dist.ReduceOp.MIN)), tuple(_max_over_ranks(highs)),
-        statistic="mean",
+        tuple(_max_over_ranks(medians)), tuple(_max_over_ranks(lows, dist.ReduceOp.MIN)), tuple(_max_over_ranks(highs)),
+        statistic="median",
     )
 
 
@@ -847,7 +852,7 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
         allreduce=cost,
         source=(
             f"measured by commsched validate: all-reduces of 4 B to {max_bytes} B launched back to back as DDP's "
-            f"reducer launches buckets, mean per call over {cfg.chain_repeats} chains, made non-decreasing"
+            f"reducer launches buckets, median over {cfg.chain_repeats} chains of the mean per call, made non-decreasing"
         ),
     )
     _, fit = fit_cluster(samples, name="fit")  # reported beside the table: how well a closed form fits
