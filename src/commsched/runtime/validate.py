@@ -377,6 +377,12 @@ class _Probe:
         self.ended_early = 0
 
     def _forward(self) -> torch.Tensor:
+        # gradients set to None first, as the training steps' optimizer does: a backward pass into
+        # existing gradients adds into them, and on alexnet (233 MiB of gradients) the probe's
+        # passes took 816 ms against the training steps' 509, which put compute's slowdown under
+        # an all-reduce at c = 0.09 against 0.31 before the rounds, and its plans 5-11% short
+        # (BENCHMARKS.md)
+        self.model.zero_grad(set_to_none=True)
         return self.loss_fn(self.model(*self.inputs))
 
     def _backward(self, loss: torch.Tensor) -> float:
