@@ -176,7 +176,7 @@ def bench_chains(sizes_bytes: tuple[int, ...], repeats: int) -> CommSamples:
     scheduler tick); over chains the median (``statistic`` "median"), since what is predicted is a
     median step, and a median step does not pay a chain that stalled: googlenet's cost table once
     had 16 MiB at 90 ms, the mean of four chains averaging 73 ms and one of 160 ms, where every other
-    size went at the link's 239 MB/s; that one point put its buckets of 13-18 MB 20 ms too slow and
+    size went at the link's 239 MB/s; that one point put its buckets of 13-18 MB 10-18 ms too slow and
     its 7-bucket plans 8% (BENCHMARKS.md). ``min_s``/``max_s`` the fastest and slowest chain's
     per-call time on any rank. Every rank must call it with the same arguments.
     """
