@@ -116,15 +116,15 @@ def main() -> None:
             f"ddp caps vs defaults {rep['ddp_caps_vs_stock_ddp']:+.1%}; semantics: gain {sem['concurrency_gain']:.2f} "
             f"(measured {rep['contention']['concurrency_gain_measured']:+.2f}), compute +{sem['compute_slowdown']:.0%} "
             f"(two at once: {_percent(rep['contention']['compute_slowdown_concurrent_measured'])} measured, "
-            f"{_percent(sem['compute_slowdown_concurrent']) if sem['compute_slowdown_concurrent'] is not None else 'not used'}), "
+            f"{_percent(sem['compute_slowdown_concurrent'], missing='not used')}), "
             f"under compute: {', '.join(f'{b}B x{f:.2f}' for b, f in sem['under_compute'])}; "
             f"compute per bucket launched: {sem.get('launch_compute_s', 0.0) * 1e6:.0f} us; "
             f"per call under compute: {sem.get('call_overhead_s', 0.0) * 1e3:+.2f} ms"
         )
 
 
-def _percent(slowdown: float | None) -> str:
-    return "-" if slowdown is None else f"+{slowdown:.0%}"
+def _percent(slowdown: float | None, missing: str = "-") -> str:
+    return missing if slowdown is None else f"+{slowdown:.0%}"
 
 
 if __name__ == "__main__":
