@@ -119,8 +119,16 @@ def main() -> None:
             f"{_percent(sem['compute_slowdown_concurrent'], missing='not used')}), "
             f"under compute: {', '.join(f'{b}B x{f:.2f}' for b, f in sem['under_compute'])}; "
             f"compute per bucket launched: {sem.get('launch_compute_s', 0.0) * 1e6:.0f} us; "
-            f"per call under compute: {sem.get('call_overhead_s', 0.0) * 1e3:+.2f} ms"
+            f"per call under compute: {_per_call(sem)}"
         )
+
+
+def _per_call(sem: dict) -> str:
+    """d as fitted: one number, or per size (``call_overhead_points``, runs from 2026-11-26 on)."""
+    points = sem.get("call_overhead_points") or []
+    if not points:
+        return f"{sem.get('call_overhead_s', 0.0) * 1e3:+.2f} ms"
+    return ", ".join(f"{b / 1024:.0f} KiB {d * 1e3:+.2f} ms" for b, d in points)
 
 
 def _percent(slowdown: float | None, missing: str = "-") -> str:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from commsched.runtime.validate import probe_sizes
+from commsched.runtime.validate import MID_PASS_BUCKETS, probe_sizes
 from tests.distributed.launch import free_port
 
 
@@ -44,12 +44,18 @@ def test_validate_end_to_end(tmp_path):
     # the semantics of the runtime that ran the plans: gloo's worker threads, measured contention
     sem = doc["semantics"]
     assert sem["backend"] == "gloo" and sem["threads"] == doc["contention"]["threads"] == 2
-    assert 0 <= sem["concurrency_gain"] <= 1 and sem["comm_slowdown"] == 0 and sem["call_overhead_s"] > -1
+    assert 0 <= sem["concurrency_gain"] <= 1 and sem["comm_slowdown"] == 0
     # each probe's pass of stock DDP with one bucket per gradient (unrecorded): its last gradient,
     # then every all-reduce and the copies back, then buckets launched while compute had work left
+    # and its pass with DDP's caps at 1 / MID_PASS_BUCKETS of the bytes (resnet18: 7 buckets of
+    # MiBs, against the first pass's median of 2 KiB), which with the first gives d at two sizes
     for p in doc["raw"]["probes"]:
         u, end, n = p["launch_pass"]
         assert 0 < u < end and n == 61
+        u, end, n = p["launch_pass_mid"]
+        assert 0 < u < end and 2 <= n + 1 <= MID_PASS_BUCKETS
+    points = sem["call_overhead_points"]
+    assert len(points) == 2 and points[0][0] < points[1][0] and sem["call_overhead_s"] == 0
     # the profile steps' finalize time (DDP copying the gradients back) is in the profile's optimizer_s
     finalize = doc["raw"]["profile_steps"]["finalize_s"]
     assert len(finalize) == len(doc["raw"]["profile_steps"]["optimizer_s"]) and min(finalize) >= 0

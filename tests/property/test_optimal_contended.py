@@ -25,6 +25,10 @@ from tests.conftest import costs, profiles, table_costs
 slowdowns = st.one_of(st.just(0.0), st.floats(0.0, 3.0))
 # d < 0: buckets faster under compute than their factor says (validate fits such d), down to its floor
 overheads = st.one_of(st.just(0.0), st.floats(0.0, 0.02), st.floats(-0.02, 0.0))
+# d by size (``call_overhead_points``): two points, each of either sign
+point_overheads = st.tuples(st.integers(4, 4**6), st.integers(2, 4**4), st.floats(-0.02, 0.02), st.floats(-0.02, 0.02)).map(
+    lambda x: ((x[0], x[2]), (x[0] * x[1], x[3]))
+)
 backends = st.sampled_from([("nccl", 1), ("gloo", 2), ("gloo", 3)])
 # per-size factors of all-reduces under compute, some below 1 (as measured for small ones)
 factor_tables = st.one_of(
@@ -33,7 +37,10 @@ factor_tables = st.one_of(
 )
 
 
-def sem(cs: float, ms: float, d: float = 0.0, backend=("nccl", 1), table=()) -> Semantics:
+def sem(cs: float, ms: float, d=0.0, backend=("nccl", 1), table=()) -> Semantics:
+    """``d``: seconds per call, or (bytes, seconds) points."""
+    if isinstance(d, tuple):
+        return Semantics(backend[0], backend[1], 0.0, cs, ms, 0.0, None, table, call_overhead_points=d)
     return Semantics(backend[0], backend[1], 0.0, cs, ms, d, None, table)
 
 
@@ -51,7 +58,7 @@ def rel_close(a: float, b: float) -> bool:
     return abs(a - b) <= 1e-9 * max(abs(a), abs(b))
 
 
-@given(profiles(max_tensors=10), costs, slowdowns, slowdowns, overheads, backends, factor_tables)
+@given(profiles(max_tensors=10), costs, slowdowns, slowdowns, st.one_of(overheads, point_overheads), backends, factor_tables)
 def test_exact_with_tolerance_zero(profile, cost, cs, ms, d, backend, table):
     if not sem(cs, ms, d, backend, table).serial_equivalent:
         backend = ("nccl", 1)  # factors that differ by size: exact on the serial run only (below)
@@ -68,7 +75,7 @@ def test_exact_without_contention_on_every_backend(profile, cost, backend):
     assert rel_close(got, brute_force(profile, cost, 0.0, 0.0, 0.0, backend))
 
 
-@given(profiles(max_tensors=10), costs, slowdowns, slowdowns, overheads, st.sampled_from([0.01, 0.2]), factor_tables)
+@given(profiles(max_tensors=10), costs, slowdowns, slowdowns, st.one_of(overheads, point_overheads), st.sampled_from([0.01, 0.2]), factor_tables)
 def test_within_the_tolerance_of_brute_force(profile, cost, cs, ms, d, tolerance, table):
     ends = Optimal(sem(cs, ms, d, table=table), tolerance=tolerance).ends(profile, cost)
     got = simulate_run(profile, ends, cost, sem(cs, ms, d, table=table)).iteration_s

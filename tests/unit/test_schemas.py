@@ -101,10 +101,13 @@ def test_semantics_validate():
     from commsched.sim.semantics import GLOO, NCCL, Semantics
 
     v = validator("semantics.v1.json")
-    for s in (NCCL, GLOO, Semantics("gloo", 2, 0.1, 0.4, 0.1, 1e-3, 0.5, ((16384, 0.7), (1 << 20, 1.2)))):
+    fitted = Semantics("gloo", 2, 0.1, 0.4, 0.1, 0.0, 0.5, ((16384, 0.7), (1 << 20, 1.2)), call_overhead_points=((2048, -1e-3), (1 << 21, 2e-3)))
+    for s in (NCCL, GLOO, Semantics("gloo", 2, 0.1, 0.4, 0.1, 1e-3, 0.5, ((16384, 0.7), (1 << 20, 1.2))), Semantics(call_overhead_s=-4e-4), fitted):
         v.validate(s.to_json())
     with pytest.raises(jsonschema.ValidationError):
         v.validate({"backend": "mpi"})
+    with pytest.raises(jsonschema.ValidationError):
+        v.validate({**fitted.to_json(), "call_overhead_points": [[0, 1e-3]]})
 
 
 def test_resource_clusters_and_plans_validate():

@@ -14,8 +14,11 @@ from commsched.runtime.validate import (
     ValidationConfig,
     contention_of,
     error_intervals,
+    MID_PASS_BUCKETS,
     launch_costs,
     measured_semantics,
+    mid_pass_planner,
+    pass_ends,
     semantics_of,
 )
 from commsched.sim.contention import simulate_contended, simulate_run
@@ -233,10 +236,13 @@ def test_compute_time_per_call_is_what_the_rate_does_not_explain():
     assert contention_of([probe()] * 3)["compute_per_call_s"] is None  # probes that did not keep it
 
 
-def launch_pass_of(profile, cost, sem, e, d, finalize_s=0.0):
-    """What _LaunchSteps measures, made by the simulator with a known e and d."""
-    tl = simulate_run(profile, tuple(range(1, len(profile.tensors) + 1)), cost, replace(sem, launch_compute_s=e, call_overhead_s=d))
-    return (tl.compute_s - profile.forward_s, tl.iteration_s - profile.optimizer_s - profile.forward_s + finalize_s, len(profile.tensors) - 1)
+def launch_pass_of(profile, cost, sem, e, d, finalize_s=0.0, ends=None):
+    """What _LaunchSteps measures, made by the simulator with a known e and d (seconds, or points);
+    one bucket per gradient unless ``ends``."""
+    ends = ends or tuple(range(1, len(profile.tensors) + 1))
+    d_fields = {"call_overhead_points": d, "call_overhead_s": 0.0} if isinstance(d, tuple) else {"call_overhead_s": d}
+    tl = simulate_run(profile, ends, cost, replace(sem, launch_compute_s=e, **d_fields))
+    return (tl.compute_s - profile.forward_s, tl.iteration_s - profile.optimizer_s - profile.forward_s + finalize_s, len(ends) - 1)
 
 
 @pytest.mark.parametrize(
@@ -253,7 +259,8 @@ def test_launch_costs_recover_the_e_and_d_that_made_the_pass(e, d, factor):
     cost = AlphaBeta(3e-3, 0.0)
     sem = Semantics("gloo", 2, 0.0, 0.7, 0.0, 0.0, None, ((16384, factor),))
     samples = [{"launch_pass": launch_pass_of(prof, cost, sem, e, d, finalize_s=0.004)}] * 3
-    got_e, got_d = launch_costs(samples, sem, prof, cost, 0.004)
+    got_e, got_d, points = launch_costs(samples, sem, prof, cost, 0.004)
+    assert points == ()
     assert got_e == pytest.approx(e, abs=1e-6) and got_d == pytest.approx(d, abs=1e-6)
     # measured with the semantics they are fitted to: made again, the pass ends where it did
     again = launch_pass_of(prof, cost, sem, got_e, got_d, finalize_s=0.004)
@@ -266,13 +273,38 @@ def test_launch_costs_e_is_never_negative_d_no_lower_than_its_floor_and_zero_wit
     sem = Semantics("gloo", 2, 0.0, 0.7, 0.0, 0.0, None, ((16384, 0.6),))
     fast = launch_pass_of(prof, cost, sem, 0.0, 0.0)
     # compute faster than the simulator with e = 0: e stays 0, not a negative cost
-    e, d = launch_costs([{"launch_pass": (fast[0] * 0.8, fast[1], 9)}], sem, prof, cost, 0.0)
+    e, d, _ = launch_costs([{"launch_pass": (fast[0] * 0.8, fast[1], 9)}], sem, prof, cost, 0.0)
     assert e == 0.0
     # a pass whose end no d can reach (it ended before its last gradient was ready): d stops where
     # every factor is at its floor (e then makes up for the compute the faster all-reduces gave back)
-    e, d = launch_costs([{"launch_pass": (fast[0], fast[0] * 0.5, 9)}], sem, prof, cost, 0.0)
+    e, d, _ = launch_costs([{"launch_pass": (fast[0], fast[0] * 0.5, 9)}], sem, prof, cost, 0.0)
     assert e >= 0.0 and d == pytest.approx(-(1 - CALL_FLOOR) * 0.6 * 1.5e-3)
-    assert launch_costs([{"backward_s": 1.0}], sem, prof, cost, 0.0) == (0.0, 0.0)  # probes from before it was measured
+    assert launch_costs([{"backward_s": 1.0}], sem, prof, cost, 0.0) == (0.0, 0.0, ())  # probes from before it was measured
+
+
+@pytest.mark.parametrize(("e", "d1", "d2"), [(0.0, -1e-3, 0.0), (1e-4, -2e-3, 1e-3), (2e-4, 5e-4, -5e-4), (0.0, 0.0, 0.0)])
+def test_launch_costs_recover_d_by_size_from_the_two_passes(e, d1, d2):
+    # 64 tensors of 16 KiB then 64 KiB alternately, 1 ms of backward each; all-reduce 3 ms + 50 ns/B
+    # alone, x1 under compute, gloo's two threads, compute at 1 / 1.7 beside them, so the buckets of
+    # both passes queue (where they keep up with compute, d and e cannot be told apart). The first pass
+    # (a bucket per gradient, median 16 KiB) and the mid pass (16 buckets of 160 KiB) made by the
+    # simulator with d 16 KiB -> d1, 160 KiB -> d2: the fit finds e, d1 and d2 again at those sizes
+    prof = ModelProfile(
+        "m", 1, "cpu", "measured", 0.05, tuple(TensorSpec(f"t{i}", 16384 if i % 2 else 65536, 0.001) for i in range(64)), optimizer_s=0.01
+    )
+    cost = AlphaBeta(3e-3, 5e-8)
+    sem = Semantics("gloo", 2, 0.0, 0.7, 0.0, 0.0, None, ((16384, 1.0),))
+    mid = pass_ends(mid_pass_planner(prof), prof)
+    assert len(mid) == MID_PASS_BUCKETS
+    points = ((16384, d1), (163840, d2))
+    samples = [{"launch_pass": launch_pass_of(prof, cost, sem, e, points), "launch_pass_mid": launch_pass_of(prof, cost, sem, e, points, ends=mid)}] * 3
+    got_e, got_d, got = launch_costs(samples, sem, prof, cost, 0.0)
+    assert got_d == 0.0 and [b for b, _ in got] == [16384, 163840]
+    assert got_e == pytest.approx(e, abs=2e-6) and [d for _, d in got] == [pytest.approx(d1, abs=2e-6), pytest.approx(d2, abs=2e-6)]
+    # a mid pass whose buckets are no bigger (a model of one size of tensor): one d, from the first pass
+    same = [{**samples[0], "launch_pass_mid": samples[0]["launch_pass"]}]
+    one_size = replace(prof, tensors=tuple(TensorSpec(f"u{i}", 16384, 0.001) for i in range(8)))
+    assert launch_costs(same, sem, one_size, cost, 0.0)[2] == ()
 
 
 def test_measured_semantics_carry_the_fitted_launch_costs():

@@ -221,7 +221,7 @@ class Optimal:
             1.0 + sem.comm_slowdown,
             upper_bound_s=known[0],
             tolerance=self.tolerance,
-            call_overhead_s=sem.call_overhead_s,
+            call_overhead_s=sem.call_overhead_at if sem.call_overhead_points else sem.call_overhead_s,
             under_compute=sem.factor_under_compute if sem.under_compute else None,
             min_factor=sem.min_factor_under_compute,
         )

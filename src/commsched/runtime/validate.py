@@ -240,10 +240,29 @@ class _LightStamps:
         return self.forward_end - t0, max(self.ready, default=self.forward_end) - t0
 
 
+# the second launch pass: stock DDP with caps of 1 / MID_PASS_BUCKETS of the gradients' bytes, so
+# at most that many buckets of at least that size (4-15 on the zoo's models, medians of 1-38 MiB),
+# where plans for a slow link put theirs (resnet18's and googlenet's optimal plans at 500 Mbit/s:
+# 11 buckets; BENCHMARKS.md); the first pass's median bucket is 1-16 KiB
+MID_PASS_BUCKETS = 16
+
+
+def mid_pass_planner(profile: ModelProfile) -> DDP:
+    """The planner of :class:`_LaunchSteps`' second pass (see ``MID_PASS_BUCKETS``)."""
+    cap = max(1, sum(t.bytes for t in profile.tensors) // MID_PASS_BUCKETS)
+    return DDP(cap_bytes=cap, first_bucket_bytes=cap)
+
+
+def pass_ends(planner, profile: ModelProfile) -> tuple[int, ...]:
+    """The bucket ends of a launch pass's plan (the planners used here need no costs)."""
+    return tuple(planner.ends(profile, Table((1, 2), (1.0, 1.0))))
+
+
 class _LaunchSteps:
-    """Stock DDP with one bucket per gradient (``wfbp``'s plan), *not* recorded: what launching
-    buckets from the backward pass costs compute (the semantics' ``launch_compute_s``) and what
-    they cost beyond their factor while it runs (``call_overhead_s``), fitted by
+    """Stock DDP with a fixed plan, *not* recorded: one bucket per gradient (``wfbp``'s plan, the
+    default) or ``planner``'s. What launching buckets from the backward pass costs compute (the
+    semantics' ``launch_compute_s``) and what they cost beyond their factor while it runs
+    (``call_overhead_s``, or per size ``call_overhead_points`` from two such passes), fitted by
     :func:`launch_costs`. Not recorded because the recorder's per-bucket calls cost more than what
     is measured here: on densenet121's 364 buckets a recorded step took 15% longer than the same
     DDP instance's unrecorded one (``benchmarks/overhead.py densenet121 8 64 8 wfbp``, BENCHMARKS.md).
@@ -253,11 +272,11 @@ class _LaunchSteps:
     return of ``backward()`` (every bucket reduced and the gradients copied back), the buckets
     launched while compute had work left)."""
 
-    def __init__(self, order: ModelProfile, model: nn.Module, inputs: tuple, loss_fn) -> None:
+    def __init__(self, order: ModelProfile, model: nn.Module, inputs: tuple, loss_fn, planner=None) -> None:
         from commsched.runtime.ddp import ddp_options
 
         self.model = copy.deepcopy(model)
-        plan = make_plan(WFBP(), order, Table((1, 2), (1.0, 1.0)))
+        plan = make_plan(planner or WFBP(), order, Table((1, 2), (1.0, 1.0)))
         self.ddp = nn.parallel.DistributedDataParallel(self.model, **ddp_options(plan, self.model))
         self.inputs, self.loss_fn = inputs, loss_fn
         # the last gradient's bucket is launched after compute: the others while it had work left
@@ -280,33 +299,57 @@ class _LaunchSteps:
         return last - forward, end - forward, self.launched_under_compute
 
 
-def launch_costs(samples: list[dict], semantics: Semantics, profile: ModelProfile, cost, finalize_s: float) -> tuple[float, float]:
-    """The semantics' ``launch_compute_s`` e and ``call_overhead_s`` d from :class:`_LaunchSteps`'
-    samples (key ``launch_pass``): the two with which the simulator, under ``semantics`` (its other
-    numbers), on ``profile`` with ``cost`` (the cost table of the same minutes) and one bucket per
-    gradient, ends compute when the median pass's last gradient was ready (e: compute work per
-    bucket launched) and its last all-reduce when the median pass's ``backward()`` returned, less
+def launch_costs(
+    samples: list[dict], semantics: Semantics, profile: ModelProfile, cost, finalize_s: float
+) -> tuple[float, float, tuple[tuple[int, float], ...]]:
+    """The semantics' ``launch_compute_s`` e and per-call term d from :class:`_LaunchSteps`'
+    samples: (e, d, ()) from the pass with one bucket per gradient (key ``launch_pass``) alone, or
+    (e, 0, ((b1, d1), (b2, d2))) (``call_overhead_points``) when the samples also hold the pass of
+    :func:`mid_pass_planner` (key ``launch_pass_mid``) and its median bucket is at least twice the
+    first pass's: b1 and b2 are the two passes' median bucket sizes (d is a time per bucket, so
+    each bucket weighs alike in a pass's end), d1 and d2 the d at them, d(b) linear in log2(b)
+    between them and flat beyond (:meth:`Semantics.call_overhead_at`).
+
+    The values are those with which the simulator, under ``semantics`` (its other numbers), on
+    ``profile`` with ``cost`` (the cost table of the same minutes) and each pass's buckets, ends
+    compute when the first pass's median last gradient was ready (e: compute work per bucket
+    launched) and each pass's last all-reduce when its median ``backward()`` returned, less
     ``finalize_s`` (DDP copying the gradients back, measured in the profile steps) (d: time per
     all-reduce under compute beyond its factor). e is the least value >= 0 that reaches its target
     (0 when none is needed). d may be negative (the buckets went faster under compute than the
     probe's chains say: once -0.4 ms per call on mobilenet_v2, BENCHMARKS.md): it is the least value
     from the one at which every bucket's factor is at its floor (:func:`commsched.sim.semantics.factor_with_call`) that
-    reaches its target. Both by bisection, e and then d in turn until neither moves by a
+    reaches its target. All by bisection, e and then each d in turn until none moves by a
     microsecond (d changes when all-reduces are in flight, which changes the rate compute runs
-    at), at most 8 times. Where the all-reduces keep up with compute (no queue), d too only slows
-    compute and the two cannot be told apart: then the fit puts what it can in e, and the pass is
-    made again all the same. (0, 0) for samples from before the pass was measured."""
+    at; each pass's buckets take some of the other point's d), at most 12 times. Where the
+    all-reduces keep up with compute (no queue), d too only slows compute and the two cannot be
+    told apart: then the fit puts what it can in e, and the pass is made again all the same.
+    (0, 0, ()) for samples from before the pass was measured."""
     got = [s["launch_pass"] for s in samples if s.get("launch_pass")]
     if not got or not profile.tensors:
-        return 0.0, 0.0
+        return 0.0, 0.0, ()
     backward_s = statistics.median(x[0] for x in got)
-    end_s = statistics.median(x[1] for x in got) - finalize_s
-    ends = tuple(range(1, len(profile.tensors) + 1))
+    passes = [(tuple(range(1, len(profile.tensors) + 1)), statistics.median(x[1] for x in got) - finalize_s)]
+    mid = [s["launch_pass_mid"] for s in samples if s.get("launch_pass_mid")]
+    if mid:
+        passes.append((pass_ends(mid_pass_planner(profile), profile), statistics.median(x[1] for x in mid) - finalize_s))
+    prefix = [0]
+    for t in profile.tensors:
+        prefix.append(prefix[-1] + t.bytes)
+    sizes = [[prefix[b] - prefix[a] for a, b in zip((0, *ends), ends)] for ends, _ in passes]
+    medians = [int(statistics.median_low(s)) for s in sizes]
+    if len(passes) == 2 and medians[1] < 2 * medians[0]:  # one size in effect: one d, from the first pass
+        passes, sizes, medians = passes[:1], sizes[:1], medians[:1]
     # below this d every bucket's factor under compute is at its floor: d changes nothing more
-    d_floor = -(1.0 - CALL_FLOOR) * max(semantics.factor_under_compute(t.bytes) * cost.time_s(t.bytes) for t in profile.tensors)
+    d_floor = -(1.0 - CALL_FLOOR) * max(semantics.factor_under_compute(b) * cost.time_s(b) for s in sizes for b in s)
 
-    def run(e: float, d: float) -> tuple[float, float]:
-        tl = simulate_run(profile, ends, cost, replace(semantics, launch_compute_s=e, call_overhead_s=d))
+    def sem_with(e: float, ds: list[float]) -> Semantics:
+        if len(ds) == 1:
+            return replace(semantics, launch_compute_s=e, call_overhead_s=ds[0], call_overhead_points=())
+        return replace(semantics, launch_compute_s=e, call_overhead_s=0.0, call_overhead_points=tuple(zip(medians, ds)))
+
+    def run(k: int, e: float, ds: list[float]) -> tuple[float, float]:
+        tl = simulate_run(profile, passes[k][0], cost, sem_with(e, ds))
         return tl.compute_s - profile.forward_s, tl.iteration_s - profile.optimizer_s - profile.forward_s
 
     def least(f, target: float, lo: float = 0.0) -> float:
@@ -325,14 +368,20 @@ def launch_costs(samples: list[dict], semantics: Semantics, profile: ModelProfil
             lo, hi = (mid, hi) if f(mid) < target else (lo, mid)
         return hi
 
-    e = d = 0.0
-    for _ in range(8):  # until neither moves by a microsecond
-        e_was, d_was = e, d
-        e = least(lambda x: run(x, d)[0], backward_s)
-        d = least(lambda x: run(e, x)[1], end_s, d_floor)
-        if abs(e - e_was) < 1e-6 and abs(d - d_was) < 1e-6:
+    def with_d(ds: list[float], k: int, x: float) -> list[float]:
+        return [x if i == k else d for i, d in enumerate(ds)]
+
+    e, ds = 0.0, [0.0] * len(passes)
+    for _ in range(12):  # until none moves by a microsecond
+        was = [e, *ds]
+        e = least(lambda x: run(0, x, ds)[0], backward_s)
+        for k, (_, end_s) in enumerate(passes):
+            ds[k] = least(lambda x: run(k, e, with_d(ds, k, x))[1], end_s, d_floor)
+        if all(abs(a - b) < 1e-6 for a, b in zip(was, [e, *ds])):
             break
-    return e, d
+    if len(ds) == 1:
+        return e, ds[0], ()
+    return e, 0.0, tuple(zip(medians, ds))
 
 
 class _Probe:
@@ -351,13 +400,16 @@ class _Probe:
     - for each gain size: one all-reduce alone and two launched together;
     - at each probe size, the cost table's own measurement (:func:`bench_chains`' chain), so the
       table measured before the rounds can be brought to the rounds' minutes (:func:`drifted`);
-    - with ``launches`` (a :class:`_LaunchSteps`), one of its passes: what launching buckets from
-      the backward pass costs compute and what they cost beyond their factor (:func:`launch_costs`).
+    - with ``launches`` (:class:`_LaunchSteps`: one bucket per gradient, and
+      :func:`mid_pass_planner`'s), one pass of each: what launching buckets from the backward pass
+      costs compute and what they cost beyond their factor by size (:func:`launch_costs`).
 
     Each forward runs first, untimed, and ranks meet at a barrier before each timed part.
     """
 
-    def __init__(self, model: nn.Module, inputs: tuple, loss_fn, cost: Table, max_bytes: int, launches: _LaunchSteps | None = None) -> None:
+    def __init__(
+        self, model: nn.Module, inputs: tuple, loss_fn, cost: Table, max_bytes: int, launches: tuple[_LaunchSteps, ...] = ()
+    ) -> None:
         self.model, self.inputs, self.loss_fn = copy.deepcopy(model), inputs, loss_fn
         self.launches = launches
         self._backward(self._forward())
@@ -440,8 +492,8 @@ class _Probe:
             one = _chain_s([a])
             dist.barrier()
             out[f"pair_{s}"] = (one, _chain_s([a, b]))
-        if self.launches is not None:
-            out["launch_pass"] = self.launches.sample()
+        for key, launches in zip(("launch_pass", "launch_pass_mid"), self.launches):
+            out[key] = launches.sample()
         return out
 
     def report(self, samples: list[dict], resamples: int, threads: int) -> dict:
@@ -652,8 +704,8 @@ def measured_semantics(
     """:func:`semantics_of` with the launch costs of these probe samples (:func:`launch_costs`)
     against ``profile``, ``cost`` (the cost table of the same minutes) and ``finalize_s``."""
     sem = semantics_of(contention, backend)
-    e, d = launch_costs(samples, sem, profile, cost, finalize_s)
-    return replace(sem, launch_compute_s=e, call_overhead_s=d)
+    e, d, points = launch_costs(samples, sem, profile, cost, finalize_s)
+    return replace(sem, launch_compute_s=e, call_overhead_s=d, call_overhead_points=points)
 
 
 # --- the compute profile ------------------------------------------------------------------------
@@ -865,7 +917,8 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
     cluster, fit = _broadcast_obj((cluster, fit))  # every rank sizes probes and plans with rank 0's numbers
 
     say("3/5 measuring the runtime: concurrency, compute under an all-reduce, all-reduces under compute")
-    probe = _Probe(base, inputs, loss_fn, cluster.allreduce, max_bytes, _LaunchSteps(order, base, inputs, loss_fn))
+    launches = (_LaunchSteps(order, base, inputs, loss_fn), _LaunchSteps(order, base, inputs, loss_fn, mid_pass_planner(order)))
+    probe = _Probe(base, inputs, loss_fn, cluster.allreduce, max_bytes, launches)
     samples_before = _pooled(_gather([probe.sample() for _ in range(cfg.probe_iters)]))
     contention_before = probe.report(samples_before, cfg.resamples, threads)
     contention_before = _broadcast_obj(contention_before)
@@ -1213,8 +1266,14 @@ def _describe(sem: Semantics) -> str:
     return (
         f"{sem.backend} ({sem.threads} thread{'s' if sem.threads > 1 else ''}, gain {sem.concurrency_gain:.2f}), "
         f"compute {sem.compute_slowdown:+.0%} under an all-reduce{two}, all-reduces under compute {under} "
-        f"{sem.call_overhead_s * 1e6:+.0f} us per call, {sem.launch_compute_s * 1e6:.0f} us of compute per launch"
+        f"{_per_call(sem)} per call, {sem.launch_compute_s * 1e6:.0f} us of compute per launch"
     )
+
+
+def _per_call(sem: Semantics) -> str:
+    if not sem.call_overhead_points:
+        return f"{sem.call_overhead_s * 1e6:+.0f} us"
+    return "(" + ", ".join(f"{_size(b)} {d * 1e6:+.0f} us" for b, d in sem.call_overhead_points) + ")"
 
 
 def _size(b: int) -> str:

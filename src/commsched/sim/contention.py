@@ -151,7 +151,7 @@ def _events(forward_s, work, pb, ends, cost: CostModel, sem: Semantics, per_buck
     alone is in flight; without it they come from ``sem`` (T, (1 + m)(factor(b) + d / T), 1 + c).
     """
     n, nb = len(work), len(ends)
-    c2, d, e = 1.0 + sem.compute_slowdown_many, sem.call_overhead_s, sem.launch_compute_s
+    c2, e = 1.0 + sem.compute_slowdown_many, sem.launch_compute_s
     threads, gain = sem.threads, sem.concurrency_gain
     busy_to = last_working(work)
     if per_bucket is None:
@@ -161,7 +161,7 @@ def _events(forward_s, work, pb, ends, cost: CostModel, sem: Semantics, per_buck
             # the size's factor and d apply only while compute runs (below): a bucket launched
             # under compute that waits in the queue, or outlasts compute, goes at its speed alone after
             alone[j] = cost.time_s(nbytes)
-            slow[j] = (1.0 + sem.comm_slowdown) * factor_with_call(sem.factor_under_compute(nbytes), d, alone[j])
+            slow[j] = (1.0 + sem.comm_slowdown) * factor_with_call(sem.factor_under_compute(nbytes), sem.call_overhead_at(nbytes), alone[j])
     else:
         alone, slow, cfac = per_bucket
     t = forward_s

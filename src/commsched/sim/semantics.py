@@ -32,6 +32,12 @@ Contention (LIBRA's g(b, r) in its simplest measured form, with a per-call term)
   (:func:`factor_with_call`). ``validate`` fits d to stock DDP's own buckets, and a pass of
   mobilenet_v2 with 158 of them once needed -0.4 ms per call: its 16 KiB buckets took about 0.9
   ms each under compute, where the probe's chains of 16 KiB all-reduces said 1.3 (BENCHMARKS.md).
+  ``call_overhead_points`` (bytes, d) make d depend on the bucket's size: linear in log2(b)
+  between the points, flat beyond them (then ``call_overhead_s`` must be 0). ``validate`` fits
+  two: one to stock DDP's buckets of one gradient each, one to a pass with about 16 buckets of
+  equal bytes (:func:`commsched.runtime.validate.launch_costs`), because one d fitted to the
+  first alone made plans of a few large buckets 4-7% too fast at 500 Mbit/s (d = -13.5 ms
+  per call on resnet18: its small buckets went at the floor, BENCHMARKS.md).
   It was first seen as a cost, beside compute only: on
   the emulated cluster, buckets that stock DDP launched one per gradient from the backward pass
   took 0.10-0.28 ms more per call while the pass ran than a chain of 16 KiB all-reduces launched
@@ -94,20 +100,38 @@ def _check(what: str, v: float, upper: float, lower: float = 0.0) -> None:
         raise CommschedError(f"{what} must be a finite number in [{lower:g}, {upper:g}], got {v!r}")
 
 
-def factor_with_call(factor, call_overhead_s: float, alone_s):
+def factor_with_call(factor, call_overhead_s, alone_s):
     """An all-reduce's factor under compute with the per-call term: factor(b) + d / T(b) (a T of 0
     gets no d), and for a negative d no less than ``CALL_FLOOR`` x factor(b). Scalars or numpy
-    arrays; the simulator and ``optimal_contended`` both use it, so they agree."""
-    if not call_overhead_s:
+    arrays (d too, one per size); the simulator and ``optimal_contended`` both use it, so they agree."""
+    if np.ndim(call_overhead_s) == 0 and not call_overhead_s:
         return factor
-    if np.ndim(factor) == 0 and np.ndim(alone_s) == 0:  # the simulator's case, per bucket: plain floats
+    if np.ndim(factor) == 0 and np.ndim(alone_s) == 0 and np.ndim(call_overhead_s) == 0:  # the simulator's case: floats
         out = factor + (call_overhead_s / alone_s if alone_s > 0 else 0.0)
         return max(out, CALL_FLOOR * factor) if call_overhead_s < 0 else out
     t = np.asarray(alone_s, dtype=np.float64)
-    out = factor + np.where(t > 0, call_overhead_s / np.where(t > 0, t, 1.0), 0.0)
-    if call_overhead_s < 0:
-        out = np.maximum(out, CALL_FLOOR * np.asarray(factor, dtype=np.float64))
+    out = factor + np.where(t > 0, np.asarray(call_overhead_s, dtype=np.float64) / np.where(t > 0, t, 1.0), 0.0)
+    # a d >= 0 leaves out >= factor, above the floor: one maximum covers both signs
+    out = np.maximum(out, CALL_FLOOR * np.asarray(factor, dtype=np.float64))
     return float(out) if np.ndim(out) == 0 else out
+
+
+def _call_points(pts: object) -> tuple[tuple[int, float], ...]:
+    """``call_overhead_points``: [bytes, d] with sizes rising strictly in (0, 2**50], d in [-1e3, 1e3] s."""
+    if not isinstance(pts, (tuple, list)):
+        raise CommschedError(f"call_overhead_points must be a list of [bytes, seconds] points, got {pts!r}")
+    clean = []
+    for pt in pts:
+        if not isinstance(pt, (tuple, list)) or len(pt) != 2:
+            raise CommschedError(f"call_overhead_points are [bytes, seconds] pairs, got {pt!r}")
+        b, d = pt
+        if isinstance(b, bool) or not isinstance(b, int) or not 0 < b <= 2**50:
+            raise CommschedError(f"call_overhead_points sizes must be whole bytes in (0, 2**50], got {b!r}")
+        _check("call_overhead_points seconds", d, 1e3, -1e3)
+        clean.append((b, float(d)))
+    if any(b2 <= b1 for (b1, _), (b2, _) in zip(clean, clean[1:])):
+        raise CommschedError(f"call_overhead_points sizes must increase strictly, got {[b for b, _ in clean]}")
+    return tuple(clean)
 
 
 @dataclass(frozen=True)
@@ -121,6 +145,7 @@ class Semantics:
     compute_slowdown_concurrent: float | None = None
     under_compute: tuple[tuple[int, float], ...] = ()
     launch_compute_s: float = 0.0
+    call_overhead_points: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.backend not in ("nccl", "gloo"):
@@ -137,6 +162,11 @@ class Semantics:
         if self.compute_slowdown_concurrent is not None:
             _check("compute_slowdown_concurrent", self.compute_slowdown_concurrent, 1e3)
         object.__setattr__(self, "under_compute", size_points("under_compute", self.under_compute, 100))
+        object.__setattr__(self, "call_overhead_points", _call_points(self.call_overhead_points))
+        if self.call_overhead_points and self.call_overhead_s:
+            raise CommschedError(
+                f"give call_overhead_s or call_overhead_points, not both (got {self.call_overhead_s!r} and {list(self.call_overhead_points)})"
+            )
 
     def factor_under_compute(self, nbytes) -> float:
         """factor(b) of ``under_compute`` (1 without points); numpy arrays give arrays."""
@@ -144,11 +174,23 @@ class Semantics:
             return 1.0 if np.ndim(nbytes) == 0 else np.ones(np.shape(nbytes))
         return interp_log2(self.under_compute, nbytes)
 
+    def call_overhead_at(self, nbytes):
+        """d(b): ``call_overhead_s``, or ``call_overhead_points`` interpolated in log2(b) (flat
+        beyond them); numpy arrays give arrays."""
+        if not self.call_overhead_points:
+            return self.call_overhead_s if np.ndim(nbytes) == 0 else np.full(np.shape(nbytes), self.call_overhead_s)
+        return interp_log2(self.call_overhead_points, nbytes)
+
+    @property
+    def has_call_overhead(self) -> bool:
+        return bool(self.call_overhead_s) or any(d for _, d in self.call_overhead_points)
+
     @property
     def min_factor_under_compute(self) -> float:
         """A lower bound of every all-reduce's factor under compute, d included (planners prune with it)."""
         low = min([f for _, f in self.under_compute], default=1.0)
-        return low * CALL_FLOOR if self.call_overhead_s < 0 else low
+        negative = self.call_overhead_s < 0 or any(d < 0 for _, d in self.call_overhead_points)
+        return low * CALL_FLOOR if negative else low
 
     @property
     def compute_slowdown_many(self) -> float:
@@ -158,7 +200,7 @@ class Semantics:
 
     @property
     def contended(self) -> bool:
-        return bool(self.compute_slowdown or self.comm_slowdown or self.call_overhead_s or self.under_compute or self.launch_compute_s)
+        return bool(self.compute_slowdown or self.comm_slowdown or self.has_call_overhead or self.under_compute or self.launch_compute_s)
 
     @property
     def serial_equivalent(self) -> bool:
@@ -169,12 +211,13 @@ class Semantics:
         flight), so bucket end times may differ but the last one, the end of compute and hence the
         iteration time do not (a property test checks it)."""
         # d / T(b) makes the factor differ by size as well
-        uniform = len({f for _, f in self.under_compute}) <= 1 and self.call_overhead_s == 0.0
+        uniform = len({f for _, f in self.under_compute}) <= 1 and not self.has_call_overhead
         return self.threads == 1 or (self.concurrency_gain == 0.0 and self.compute_slowdown_many == self.compute_slowdown and uniform)
 
     def to_json(self) -> dict:
         doc = asdict(self)
         doc["under_compute"] = [list(p) for p in self.under_compute]
+        doc["call_overhead_points"] = [list(p) for p in self.call_overhead_points]
         return doc
 
 
@@ -190,8 +233,9 @@ def semantics_from_json(doc: object, where: str = "semantics") -> Semantics:
         raise CommschedError(f"{where}: unknown field {sorted(unknown)[0]!r}")
     try:
         doc = dict(doc)
-        if isinstance(doc.get("under_compute"), list):
-            doc["under_compute"] = tuple(tuple(p) if isinstance(p, list) else p for p in doc["under_compute"])
+        for key in ("under_compute", "call_overhead_points"):
+            if isinstance(doc.get(key), list):
+                doc[key] = tuple(tuple(p) if isinstance(p, list) else p for p in doc[key])
         return Semantics(**doc)
     except TypeError as e:
         raise CommschedError(f"{where}: {e}") from None
