@@ -128,7 +128,7 @@ def _per_call(sem: dict) -> str:
     points = sem.get("call_overhead_points") or []
     if not points:
         return f"{sem.get('call_overhead_s', 0.0) * 1e3:+.2f} ms"
-    return ", ".join(f"{b / 1024:.0f} KiB {d * 1e3:+.2f} ms" for b, d in points)
+    return ", ".join(f"{b / 2**20:.1f} MiB {d * 1e3:+.2f} ms" if b >= 2**20 else f"{b / 1024:.0f} KiB {d * 1e3:+.2f} ms" for b, d in points)
 
 
 def _percent(slowdown: float | None, missing: str = "-") -> str:

@@ -108,6 +108,8 @@ def test_semantics_validate():
         v.validate({"backend": "mpi"})
     with pytest.raises(jsonschema.ValidationError):
         v.validate({**fitted.to_json(), "call_overhead_points": [[0, 1e-3]]})
+    with pytest.raises(jsonschema.ValidationError):  # one d or points, not both
+        v.validate({**fitted.to_json(), "call_overhead_s": 1e-3})
 
 
 def test_resource_clusters_and_plans_validate():

@@ -302,9 +302,12 @@ def test_launch_costs_recover_d_by_size_from_the_two_passes(e, d1, d2):
     assert got_d == 0.0 and [b for b, _ in got] == [16384, 163840]
     assert got_e == pytest.approx(e, abs=2e-6) and [d for _, d in got] == [pytest.approx(d1, abs=2e-6), pytest.approx(d2, abs=2e-6)]
     # a mid pass whose buckets are no bigger (a model of one size of tensor): one d, from the first pass
-    same = [{**samples[0], "launch_pass_mid": samples[0]["launch_pass"]}]
     one_size = replace(prof, tensors=tuple(TensorSpec(f"u{i}", 16384, 0.001) for i in range(8)))
-    assert launch_costs(same, sem, one_size, cost, 0.0)[2] == ()
+    same_ends = pass_ends(mid_pass_planner(one_size), one_size)
+    assert same_ends == tuple(range(1, 9))  # caps below one tensor: a bucket per gradient again
+    same = [{"launch_pass": launch_pass_of(one_size, cost, sem, e, d1), "launch_pass_mid": launch_pass_of(one_size, cost, sem, e, d1, ends=same_ends)}]
+    got_e, got_d, got = launch_costs(same, sem, one_size, cost, 0.0)
+    assert got == () and got_d == pytest.approx(d1, abs=2e-6)
 
 
 def test_measured_semantics_carry_the_fitted_launch_costs():

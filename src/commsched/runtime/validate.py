@@ -17,10 +17,11 @@ with its defaults. Every rank, in lockstep:
    by one all-reduce in flight (c) and by two (c2); and, at four message sizes, k-chains of
    all-reduces launched at the start of a backward pass against the same alone: the per-size
    factor of an all-reduce under compute (``under_compute``, LIBRA's p(c, r) depending on the
-   message size c), which also holds the per-call costs as the runtime issues them; and a
-   backward pass of stock DDP with one bucket per gradient: what launching a bucket from the
-   backward pass costs compute (``launch_compute_s``) and what its buckets take beyond their
-   factor while the pass runs (``call_overhead_s``), both fitted by :func:`launch_costs`;
+   message size c), which also holds the per-call costs as the runtime issues them; and two
+   backward passes of stock DDP, one with a bucket per gradient and one with about
+   ``MID_PASS_BUCKETS`` buckets: what launching a bucket from the backward pass costs compute
+   (``launch_compute_s``) and what buckets take beyond their factor while the pass runs, by size
+   (``call_overhead_points``), fitted by :func:`launch_costs`;
 4. scores every strategy under those semantics; ``optimal`` plans for them (to within 1% of the
    serial run's optimum without launch costs, then the best of that, the plain optimum and one
    bucket under the measured semantics: :class:`~commsched.planners.Optimal`);
@@ -241,7 +242,7 @@ class _LightStamps:
 
 
 # the second launch pass: stock DDP with caps of 1 / MID_PASS_BUCKETS of the gradients' bytes, so
-# at most that many buckets of at least that size (4-15 on the zoo's models, medians of 1-38 MiB),
+# about that many buckets, all but the last of at least that size (4-15 on the zoo's models, medians of 1-38 MiB),
 # where plans for a slow link put theirs (resnet18's and googlenet's optimal plans at 500 Mbit/s:
 # 11 buckets; BENCHMARKS.md); the first pass's median bucket is 1-16 KiB
 MID_PASS_BUCKETS = 16

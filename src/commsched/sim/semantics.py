@@ -50,7 +50,8 @@ Contention (LIBRA's g(b, r) in its simplest measured form, with a per-call term)
   per gradient slowed mobilenet_v2's backward pass about twice as much as one long all-reduce or a
   chain of 16 KiB ones in flight (``benchmarks/tail_rate.py``, BENCHMARKS.md): a cost per launch,
   not per second in flight (recorded too).
-  ``validate`` fits e and d to an unrecorded pass of stock DDP with one bucket per gradient
+  ``validate`` fits e to an unrecorded pass of stock DDP with one bucket per gradient, and d at
+  two sizes to that pass and one with about 16 buckets
   (:func:`commsched.runtime.validate.launch_costs`);
 - ``under_compute``: a table of (message bytes, factor): while backward compute runs, an
   all-reduce of b bytes progresses at 1 / factor(b) of its speed alone (on top of 1 / (1 + m)),
