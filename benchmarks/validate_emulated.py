@@ -122,16 +122,18 @@ def main() -> None:
             f"{_percent(sem['compute_slowdown_concurrent'], missing='not used')}), "
             f"under compute: {', '.join(f'{b}B x{f:.2f}' for b, f in sem['under_compute'])}; "
             f"compute per bucket launched: {sem.get('launch_compute_s', 0.0) * 1e6:.0f} us; "
-            f"per call under compute: {_per_call(sem)}"
+            f"launched from backward: {_per_call(sem)}"
         )
 
 
 def _per_call(sem: dict) -> str:
-    """d as fitted: one number, or per size (``call_overhead_points``, runs from 2026-11-26 on)."""
-    points = sem.get("call_overhead_points") or []
-    if not points:
-        return f"{sem.get('call_overhead_s', 0.0) * 1e3:+.2f} ms"
-    return ", ".join(f"{b / 2**20:.1f} MiB {d * 1e3:+.2f} ms" if b >= 2**20 else f"{b / 1024:.0f} KiB {d * 1e3:+.2f} ms" for b, d in points)
+    """How DDP's buckets went under compute beside the chains as fitted: a ratio by size
+    (``launch_factor_points``), or in runs from before it, d per call."""
+    points = sem.get("launch_factor_points") or []
+    size = lambda b: f"{b / 2**20:.1f} MiB" if b >= 2**20 else f"{b / 1024:.0f} KiB"  # noqa: E731
+    ratios = ", ".join(f"{size(b)} x{r:.2f}" for b, r in points)
+    d = f"{sem.get('call_overhead_s', 0.0) * 1e3:+.2f} ms per call" if sem.get("call_overhead_s") or not points else ""
+    return "; ".join(x for x in (ratios, d) if x)
 
 
 def _percent(slowdown: float | None, missing: str = "-") -> str:

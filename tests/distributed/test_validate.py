@@ -48,14 +48,14 @@ def test_validate_end_to_end(tmp_path):
     # each probe's pass of stock DDP with one bucket per gradient (unrecorded): its last gradient,
     # then every all-reduce and the copies back, then buckets launched while compute had work left
     # and its pass with DDP's caps at 1 / MID_PASS_BUCKETS of the bytes (resnet18: 7 buckets of
-    # MiBs, against the first pass's median of 2 KiB), which with the first gives d at two sizes
+    # MiBs, against the first pass's median of 2 KiB), which with the first gives the launch ratio at two sizes
     for p in doc["raw"]["probes"]:
         u, end, n = p["launch_pass"]
         assert 0 < u < end and n == 61
         u, end, n = p["launch_pass_mid"]
         assert 0 < u < end and 2 <= n + 1 <= MID_PASS_BUCKETS + 1  # buckets of the cap, then what is left
-    points = sem["call_overhead_points"]
-    assert len(points) == 2 and points[0][0] < points[1][0] and sem["call_overhead_s"] == 0
+    points = sem["launch_factor_points"]
+    assert len(points) == 2 and points[0][0] < points[1][0] and all(0.25 <= r <= 64 for _, r in points) and sem["call_overhead_s"] == 0
     # the profile steps' finalize time (DDP copying the gradients back) is in the profile's optimizer_s
     finalize = doc["raw"]["profile_steps"]["finalize_s"]
     assert len(finalize) == len(doc["raw"]["profile_steps"]["optimizer_s"]) and min(finalize) >= 0

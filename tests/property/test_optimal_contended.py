@@ -25,9 +25,10 @@ from tests.conftest import costs, profiles, table_costs
 slowdowns = st.one_of(st.just(0.0), st.floats(0.0, 3.0))
 # d < 0: buckets faster under compute than their factor says (validate fits such d), down to its floor
 overheads = st.one_of(st.just(0.0), st.floats(0.0, 0.02), st.floats(-0.02, 0.0))
-# d by size (``call_overhead_points``): two points, each of either sign
-point_overheads = st.tuples(st.integers(4, 4**6), st.integers(2, 4**4), st.floats(-0.02, 0.02), st.floats(-0.02, 0.02)).map(
-    lambda x: ((x[0], x[2]), (x[0] * x[1], x[3]))
+# launch ratios by size (``launch_factor_points``): none, or two points below or above 1
+ratio_points = st.one_of(
+    st.just(()),
+    st.tuples(st.integers(4, 4**6), st.integers(2, 4**4), st.floats(0.25, 2.0), st.floats(0.25, 2.0)).map(lambda x: ((x[0], x[2]), (x[0] * x[1], x[3]))),
 )
 backends = st.sampled_from([("nccl", 1), ("gloo", 2), ("gloo", 3)])
 # per-size factors of all-reduces under compute, some below 1 (as measured for small ones)
@@ -37,17 +38,14 @@ factor_tables = st.one_of(
 )
 
 
-def sem(cs: float, ms: float, d=0.0, backend=("nccl", 1), table=()) -> Semantics:
-    """``d``: seconds per call, or (bytes, seconds) points."""
-    if isinstance(d, tuple):
-        return Semantics(backend[0], backend[1], 0.0, cs, ms, 0.0, None, table, call_overhead_points=d)
-    return Semantics(backend[0], backend[1], 0.0, cs, ms, d, None, table)
+def sem(cs: float, ms: float, d: float = 0.0, backend=("nccl", 1), table=(), ratios=()) -> Semantics:
+    return Semantics(backend[0], backend[1], 0.0, cs, ms, d, None, table, launch_factor_points=ratios)
 
 
-def brute_force(profile, cost, cs, ms, d=0.0, backend=("nccl", 1), table=()) -> float:
+def brute_force(profile, cost, cs, ms, d=0.0, backend=("nccl", 1), table=(), ratios=()) -> float:
     n = len(profile.tensors)
     best = float("inf")
-    s = sem(cs, ms, d, backend, table)
+    s = sem(cs, ms, d, backend, table, ratios)
     for cuts in itertools.product((False, True), repeat=n - 1):
         ends = tuple(k for k, cut in zip(range(1, n), cuts) if cut) + (n,)
         best = min(best, simulate_run(profile, ends, cost, s).iteration_s)
@@ -58,14 +56,14 @@ def rel_close(a: float, b: float) -> bool:
     return abs(a - b) <= 1e-9 * max(abs(a), abs(b))
 
 
-@given(profiles(max_tensors=10), costs, slowdowns, slowdowns, st.one_of(overheads, point_overheads), backends, factor_tables)
-def test_exact_with_tolerance_zero(profile, cost, cs, ms, d, backend, table):
-    if not sem(cs, ms, d, backend, table).serial_equivalent:
+@given(profiles(max_tensors=10), costs, slowdowns, slowdowns, overheads, backends, factor_tables, ratio_points)
+def test_exact_with_tolerance_zero(profile, cost, cs, ms, d, backend, table, ratios):
+    if not sem(cs, ms, d, backend, table, ratios).serial_equivalent:
         backend = ("nccl", 1)  # factors that differ by size: exact on the serial run only (below)
-    s = sem(cs, ms, d, backend, table)
+    s = sem(cs, ms, d, backend, table, ratios)
     ends = Optimal(s, tolerance=0.0).ends(profile, cost)
     got = simulate_run(profile, ends, cost, s).iteration_s
-    assert rel_close(got, brute_force(profile, cost, cs, ms, d, backend, table))
+    assert rel_close(got, brute_force(profile, cost, cs, ms, d, backend, table, ratios))
 
 
 @given(profiles(max_tensors=10), costs, backends)
@@ -75,11 +73,11 @@ def test_exact_without_contention_on_every_backend(profile, cost, backend):
     assert rel_close(got, brute_force(profile, cost, 0.0, 0.0, 0.0, backend))
 
 
-@given(profiles(max_tensors=10), costs, slowdowns, slowdowns, st.one_of(overheads, point_overheads), st.sampled_from([0.01, 0.2]), factor_tables)
-def test_within_the_tolerance_of_brute_force(profile, cost, cs, ms, d, tolerance, table):
-    ends = Optimal(sem(cs, ms, d, table=table), tolerance=tolerance).ends(profile, cost)
-    got = simulate_run(profile, ends, cost, sem(cs, ms, d, table=table)).iteration_s
-    assert got <= brute_force(profile, cost, cs, ms, d, table=table) * (1 + tolerance) * (1 + 1e-9)
+@given(profiles(max_tensors=10), costs, slowdowns, slowdowns, overheads, st.sampled_from([0.01, 0.2]), factor_tables, ratio_points)
+def test_within_the_tolerance_of_brute_force(profile, cost, cs, ms, d, tolerance, table, ratios):
+    s = sem(cs, ms, d, table=table, ratios=ratios)
+    got = simulate_run(profile, Optimal(s, tolerance=tolerance).ends(profile, cost), cost, s).iteration_s
+    assert got <= brute_force(profile, cost, cs, ms, d, table=table, ratios=ratios) * (1 + tolerance) * (1 + 1e-9)
 
 
 @settings(max_examples=500)

@@ -177,46 +177,58 @@ def test_a_negative_call_overhead_speeds_buckets_up_to_its_floor():
     assert Semantics(under_compute=((10, 0.4),), call_overhead_s=0.1).min_factor_under_compute == 0.4
 
 
-def test_call_overhead_by_size_is_interpolated_in_log2_and_flat_beyond():
-    s = Semantics(call_overhead_points=((1024, -0.004), (4096, 0.002)))
-    assert s.call_overhead_at(1024) == pytest.approx(-0.004) and s.call_overhead_at(2048) == pytest.approx(-0.001)
-    assert s.call_overhead_at(16) == pytest.approx(-0.004) and s.call_overhead_at(1 << 30) == pytest.approx(0.002)
-    assert list(s.call_overhead_at(np.array([512, 2048, 8192]))) == pytest.approx([-0.004, -0.001, 0.002])
-    assert Semantics(call_overhead_s=0.003).call_overhead_at(7) == 0.003 and list(Semantics().call_overhead_at(np.array([7, 8]))) == [0, 0]
-    assert s.contended and s.min_factor_under_compute == CALL_FLOOR and not Semantics("gloo", 2, call_overhead_points=s.call_overhead_points).serial_equivalent
+def test_the_launch_ratio_by_size_is_interpolated_in_log2_and_flat_beyond():
+    s = Semantics(under_compute=((1024, 2.0),), launch_factor_points=((1024, 0.5), (4096, 1.5)))
+    assert s.bucket_factor(1024) == pytest.approx(1.0) and s.bucket_factor(2048) == pytest.approx(2.0)
+    assert s.bucket_factor(16) == pytest.approx(1.0) and s.bucket_factor(1 << 30) == pytest.approx(3.0)
+    assert list(s.bucket_factor(np.array([512, 2048, 8192]))) == pytest.approx([1.0, 2.0, 3.0])
+    assert Semantics(under_compute=((8, 0.8),)).bucket_factor(7) == 0.8 and list(Semantics().bucket_factor(np.array([7, 8]))) == [1, 1]
+    assert s.contended and s.min_factor_under_compute == pytest.approx(1.0)
+    assert not Semantics("gloo", 2, launch_factor_points=s.launch_factor_points).serial_equivalent
+    assert Semantics("gloo", 2, launch_factor_points=((8, 0.7), (64, 0.7))).serial_equivalent
+    assert not Semantics(launch_factor_points=((8, 1.0),)).contended and Semantics(launch_factor_points=((8, 0.9),)).contended
+    assert Semantics(call_overhead_s=-0.1, launch_factor_points=((8, 0.5),)).min_factor_under_compute == pytest.approx(0.5 * CALL_FLOOR)
     assert semantics_from_json(json.loads(json.dumps(s.to_json()))) == s
 
 
-@given(profiles(max_tensors=20), costs, st.sampled_from(sorted(STRATEGIES)), signed_overheads, st.sampled_from([("nccl", 1), ("gloo", 2)]))
-def test_equal_call_overhead_points_are_one_call_overhead(profile, cost, name, d, backend):
+@given(
+    profiles(max_tensors=20), costs, st.sampled_from(sorted(STRATEGIES)), st.floats(0.3, 3.0), st.floats(CALL_FLOOR, 3.0),
+    st.sampled_from([("nccl", 1), ("gloo", 2)]),
+)
+def test_one_launch_ratio_for_every_size_is_the_factor_times_it(profile, cost, name, factor, ratio, backend):
     ends = STRATEGIES[name].ends(profile, cost)
-    one = simulate_run(profile, ends, cost, Semantics(*backend, compute_slowdown=0.4, call_overhead_s=d))
-    points = simulate_run(profile, ends, cost, Semantics(*backend, compute_slowdown=0.4, call_overhead_points=((64, d), (1 << 20, d))))
-    assert [(x.start_s, x.end_s) for x in one.allreduces] == [(x.start_s, x.end_s) for x in points.allreduces]
+    one = simulate_run(profile, ends, cost, Semantics(*backend, compute_slowdown=0.4, under_compute=((64, factor * ratio),)))
+    points = simulate_run(
+        profile, ends, cost, Semantics(*backend, compute_slowdown=0.4, under_compute=((64, factor),), launch_factor_points=((64, ratio), (1 << 20, ratio)))
+    )
+    flat = lambda tl: [t for x in tl.allreduces for t in (x.start_s, x.end_s)]  # noqa: E731
+    assert flat(one) == pytest.approx(flat(points), rel=1e-9, abs=1e-12)
 
 
-def test_call_overhead_points_give_each_bucket_the_d_of_its_size():
+def test_the_launch_ratio_gives_each_bucket_that_of_its_size():
     # as test_call_overhead_acts_only_while_compute_runs: bucket a (10 B, T = 0.5) launched at 2
-    # under b's compute; d(10 B) = 0.25 from the points, so a ends at 2.75 as with that scalar d
+    # under b's compute; ratio(10 B) = 1.5 from the points, so a takes 0.75 and ends at 2.75; b is
+    # launched after compute, where no ratio acts
     p = ModelProfile("m", 1, "d", "estimated", 1.0, (TensorSpec("a", 10, 1.0), TensorSpec("b", 10, 1.0)))
-    tl = simulate_run(p, (1, 2), AlphaBeta(0.5, 0.0), Semantics(call_overhead_points=((10, 0.25), (1000, -0.4))))
+    ratios = ((10, 1.5), (1000, 0.5))
+    tl = simulate_run(p, (1, 2), AlphaBeta(0.5, 0.0), Semantics(launch_factor_points=ratios))
     assert [(s.start_s, s.end_s) for s in tl.allreduces] == [(2.0, 2.75), (3.0, 3.5)]
-    # the same bucket at 1000 B (T still 0.5 with beta 0): d = -0.4, factor 1 - 0.8, floored at 0.25
+    # the same bucket at 1000 B (T still 0.5 with beta 0): ratio 0.5, under a factor of 2 there
     p = ModelProfile("m", 1, "d", "estimated", 1.0, (TensorSpec("a", 1000, 1.0), TensorSpec("b", 10, 1.0)))
-    tl = simulate_run(p, (1, 2), AlphaBeta(0.5, 0.0), Semantics(call_overhead_points=((10, 0.25), (1000, -0.4))))
-    assert tl.allreduces[0].end_s == pytest.approx(2.125)
+    tl = simulate_run(p, (1, 2), AlphaBeta(0.5, 0.0), Semantics(under_compute=((1000, 2.0),), launch_factor_points=ratios))
+    assert tl.allreduces[0].end_s == pytest.approx(2.5)
 
 
 @pytest.mark.parametrize(
     "bad",
     [
-        {"call_overhead_points": ((16, 0.1), (8, 0.0))},
-        {"call_overhead_points": ((16, float("nan")),)},
-        {"call_overhead_points": ((16, -2e3),)},
-        {"call_overhead_points": ((0, 0.1),)},
-        {"call_overhead_points": ((16.0, 0.1),)},
-        {"call_overhead_points": 3},
-        {"call_overhead_points": ((16, 0.1),), "call_overhead_s": 0.1},
+        {"launch_factor_points": ((16, 1.0), (8, 1.0))},
+        {"launch_factor_points": ((16, float("nan")),)},
+        {"launch_factor_points": ((16, 0.2),)},
+        {"launch_factor_points": ((16, 101.0),)},
+        {"launch_factor_points": ((0, 1.0),)},
+        {"launch_factor_points": ((16.0, 1.0),)},
+        {"launch_factor_points": 3},
         {"backend": "mpi"},
         {"backend": "nccl", "threads": 2},
         {"backend": "gloo", "threads": 0},

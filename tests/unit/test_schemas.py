@@ -101,15 +101,17 @@ def test_semantics_validate():
     from commsched.sim.semantics import GLOO, NCCL, Semantics
 
     v = validator("semantics.v1.json")
-    fitted = Semantics("gloo", 2, 0.1, 0.4, 0.1, 0.0, 0.5, ((16384, 0.7), (1 << 20, 1.2)), call_overhead_points=((2048, -1e-3), (1 << 21, 2e-3)))
+    fitted = Semantics("gloo", 2, 0.1, 0.4, 0.1, 0.0, 0.5, ((16384, 0.7), (1 << 20, 1.2)), 1e-4, launch_factor_points=((2048, 0.6), (1 << 21, 1.3)))
     for s in (NCCL, GLOO, Semantics("gloo", 2, 0.1, 0.4, 0.1, 1e-3, 0.5, ((16384, 0.7), (1 << 20, 1.2))), Semantics(call_overhead_s=-4e-4), fitted):
         v.validate(s.to_json())
     with pytest.raises(jsonschema.ValidationError):
         v.validate({"backend": "mpi"})
     with pytest.raises(jsonschema.ValidationError):
-        v.validate({**fitted.to_json(), "call_overhead_points": [[0, 1e-3]]})
-    with pytest.raises(jsonschema.ValidationError):  # one d or points, not both
-        v.validate({**fitted.to_json(), "call_overhead_s": 1e-3})
+        v.validate({**fitted.to_json(), "launch_factor_points": [[0, 1.0]]})
+    with pytest.raises(jsonschema.ValidationError):  # below the floor the code holds too
+        v.validate({**fitted.to_json(), "launch_factor_points": [[16, 0.2]]})
+    with pytest.raises(jsonschema.ValidationError):  # the field named before ratios replaced it
+        v.validate({**fitted.to_json(), "call_overhead_points": []})
 
 
 def test_resource_clusters_and_plans_validate():

@@ -236,59 +236,62 @@ def test_compute_time_per_call_is_what_the_rate_does_not_explain():
     assert contention_of([probe()] * 3)["compute_per_call_s"] is None  # probes that did not keep it
 
 
-def launch_pass_of(profile, cost, sem, e, d, finalize_s=0.0, ends=None):
-    """What _LaunchSteps measures, made by the simulator with a known e and d (seconds, or points);
-    one bucket per gradient unless ``ends``."""
+def launch_pass_of(profile, cost, sem, e, ratios=(), finalize_s=0.0, ends=None):
+    """What _LaunchSteps measures, made by the simulator with a known e and launch ratios ((bytes,
+    ratio) points, or one ratio for every size); one bucket per gradient unless ``ends``."""
     ends = ends or tuple(range(1, len(profile.tensors) + 1))
-    d_fields = {"call_overhead_points": d, "call_overhead_s": 0.0} if isinstance(d, tuple) else {"call_overhead_s": d}
-    tl = simulate_run(profile, ends, cost, replace(sem, launch_compute_s=e, **d_fields))
+    points = ratios if isinstance(ratios, tuple) else ((1, ratios),)
+    tl = simulate_run(profile, ends, cost, replace(sem, launch_compute_s=e, launch_factor_points=points))
     return (tl.compute_s - profile.forward_s, tl.iteration_s - profile.optimizer_s - profile.forward_s + finalize_s, len(ends) - 1)
 
 
 @pytest.mark.parametrize(
-    ("e", "d", "factor"),
-    [(0.0, 0.0, 0.6), (2e-4, 0.0, 0.6), (0.0, 5e-4, 0.6), (1e-4, 3e-4, 0.6), (4e-4, 1e-3, 0.6), (0.0, -5e-4, 1.0), (1e-4, -8e-4, 1.0)],
+    ("e", "ratio", "factor"),
+    [(0.0, 1.0, 0.6), (2e-4, 1.0, 0.6), (0.0, 1.2, 0.6), (1e-4, 1.1, 0.6), (4e-4, 1.5, 0.6), (0.0, 0.8, 1.0), (1e-4, 0.75, 1.0)],
 )
-def test_launch_costs_recover_the_e_and_d_that_made_the_pass(e, d, factor):
+def test_launch_costs_recover_the_e_and_ratio_that_made_the_pass(e, ratio, factor):
     # 40 tensors of 16 KiB, 1 ms of backward each; all-reduce 3 ms alone, x0.6 (or x1) under compute, on
     # gloo's two threads with compute at 1 / 1.7 beside them, so they queue (as one bucket per
-    # gradient does on the emulated cluster; where all-reduces keep up with compute, d and e both
-    # only slow compute and cannot be told apart): the simulator makes the pass with a known e and
-    # d, and the fit finds them again (a negative d: still slower per call than compute per gradient)
+    # gradient does on the emulated cluster; where all-reduces keep up with compute, the ratio and
+    # e both only slow compute and cannot be told apart): the simulator makes the pass with a known
+    # e and ratio, and the fit finds them again (a ratio below 1: still slower per call than
+    # compute per gradient)
     prof = ModelProfile("m", 1, "cpu", "measured", 0.05, tuple(TensorSpec(f"t{i}", 16384, 0.001) for i in range(40)), optimizer_s=0.01)
     cost = AlphaBeta(3e-3, 0.0)
     sem = Semantics("gloo", 2, 0.0, 0.7, 0.0, 0.0, None, ((16384, factor),))
-    samples = [{"launch_pass": launch_pass_of(prof, cost, sem, e, d, finalize_s=0.004)}] * 3
-    got_e, got_d, points = launch_costs(samples, sem, prof, cost, 0.004)
-    assert points == ()
-    assert got_e == pytest.approx(e, abs=1e-6) and got_d == pytest.approx(d, abs=1e-6)
+    samples = [{"launch_pass": launch_pass_of(prof, cost, sem, e, ratio, finalize_s=0.004)}] * 3
+    got_e, points = launch_costs(samples, sem, prof, cost, 0.004)
+    assert got_e == pytest.approx(e, abs=1e-6) and points == ((16384, pytest.approx(ratio, abs=1e-4)),)
     # measured with the semantics they are fitted to: made again, the pass ends where it did
-    again = launch_pass_of(prof, cost, sem, got_e, got_d, finalize_s=0.004)
+    again = launch_pass_of(prof, cost, sem, got_e, points, finalize_s=0.004)
     assert again[0] == pytest.approx(samples[0]["launch_pass"][0], rel=1e-3) and again[1] == pytest.approx(samples[0]["launch_pass"][1], rel=1e-3)
 
 
-def test_launch_costs_e_is_never_negative_d_no_lower_than_its_floor_and_zero_without_the_pass():
+def test_launch_costs_e_is_never_negative_the_ratio_no_lower_than_its_floor_and_none_without_the_pass():
     prof = ModelProfile("m", 1, "cpu", "measured", 0.05, tuple(TensorSpec(f"t{i}", 16384, 0.002) for i in range(10)))
     cost = AlphaBeta(1.5e-3, 0.0)
     sem = Semantics("gloo", 2, 0.0, 0.7, 0.0, 0.0, None, ((16384, 0.6),))
-    fast = launch_pass_of(prof, cost, sem, 0.0, 0.0)
+    fast = launch_pass_of(prof, cost, sem, 0.0)
     # compute faster than the simulator with e = 0: e stays 0, not a negative cost
-    e, d, _ = launch_costs([{"launch_pass": (fast[0] * 0.8, fast[1], 9)}], sem, prof, cost, 0.0)
+    e, _ = launch_costs([{"launch_pass": (fast[0] * 0.8, fast[1], 9)}], sem, prof, cost, 0.0)
     assert e == 0.0
-    # a pass whose end no d can reach (it ended before its last gradient was ready): d stops where
-    # every factor is at its floor (e then makes up for the compute the faster all-reduces gave back)
-    e, d, _ = launch_costs([{"launch_pass": (fast[0], fast[0] * 0.5, 9)}], sem, prof, cost, 0.0)
-    assert e >= 0.0 and d == pytest.approx(-(1 - CALL_FLOOR) * 0.6 * 1.5e-3)
-    assert launch_costs([{"backward_s": 1.0}], sem, prof, cost, 0.0) == (0.0, 0.0, ())  # probes from before it was measured
+    # a pass whose end no ratio can reach (it ended before its last gradient was ready): the ratio
+    # stops at its floor (e then makes up for the compute the faster all-reduces gave back)
+    e, points = launch_costs([{"launch_pass": (fast[0], fast[0] * 0.5, 9)}], sem, prof, cost, 0.0)
+    assert e >= 0.0 and points == ((16384, CALL_FLOOR),)
+    # one that no ratio up to 64 reaches: 64
+    _, points = launch_costs([{"launch_pass": (fast[0], fast[1] * 100, 9)}], sem, prof, cost, 0.0)
+    assert points == ((16384, 64.0),)
+    assert launch_costs([{"backward_s": 1.0}], sem, prof, cost, 0.0) == (0.0, ())  # probes from before it was measured
 
 
-@pytest.mark.parametrize(("e", "d1", "d2"), [(0.0, -1e-3, 0.0), (1e-4, -2e-3, 1e-3), (2e-4, 5e-4, -5e-4), (0.0, 0.0, 0.0)])
-def test_launch_costs_recover_d_by_size_from_the_two_passes(e, d1, d2):
+@pytest.mark.parametrize(("e", "r1", "r2"), [(0.0, 0.7, 1.0), (1e-4, 0.6, 1.3), (2e-4, 1.2, 0.8), (0.0, 1.0, 1.0)])
+def test_launch_costs_recover_the_ratio_by_size_from_the_two_passes(e, r1, r2):
     # 64 tensors of 16 KiB then 64 KiB alternately, 1 ms of backward each; all-reduce 3 ms + 50 ns/B
     # alone, x1 under compute, gloo's two threads, compute at 1 / 1.7 beside them, so the buckets of
-    # both passes queue (where they keep up with compute, d and e cannot be told apart). The first pass
-    # (a bucket per gradient, median 16 KiB) and the mid pass (16 buckets of 160 KiB) made by the
-    # simulator with d 16 KiB -> d1, 160 KiB -> d2: the fit finds e, d1 and d2 again at those sizes
+    # both passes queue (where they keep up with compute, the ratio and e cannot be told apart). The
+    # first pass (a bucket per gradient, median 16 KiB) and the mid pass (16 buckets of 160 KiB)
+    # made by the simulator with ratio 16 KiB -> r1, 160 KiB -> r2: the fit finds e, r1 and r2 again
     prof = ModelProfile(
         "m", 1, "cpu", "measured", 0.05, tuple(TensorSpec(f"t{i}", 16384 if i % 2 else 65536, 0.001) for i in range(64)), optimizer_s=0.01
     )
@@ -296,31 +299,50 @@ def test_launch_costs_recover_d_by_size_from_the_two_passes(e, d1, d2):
     sem = Semantics("gloo", 2, 0.0, 0.7, 0.0, 0.0, None, ((16384, 1.0),))
     mid = pass_ends(mid_pass_planner(prof), prof)
     assert len(mid) == MID_PASS_BUCKETS
-    points = ((16384, d1), (163840, d2))
+    points = ((16384, r1), (163840, r2))
     samples = [{"launch_pass": launch_pass_of(prof, cost, sem, e, points), "launch_pass_mid": launch_pass_of(prof, cost, sem, e, points, ends=mid)}] * 3
-    got_e, got_d, got = launch_costs(samples, sem, prof, cost, 0.0)
-    assert got_d == 0.0 and [b for b, _ in got] == [16384, 163840]
-    assert got_e == pytest.approx(e, abs=2e-6) and [d for _, d in got] == [pytest.approx(d1, abs=2e-6), pytest.approx(d2, abs=2e-6)]
-    # a mid pass whose buckets are no bigger (a model of one size of tensor): one d, from the first pass
+    got_e, got = launch_costs(samples, sem, prof, cost, 0.0)
+    assert [b for b, _ in got] == [16384, 163840]
+    assert got_e == pytest.approx(e, abs=2e-6) and [r for _, r in got] == [pytest.approx(r1, abs=1e-4), pytest.approx(r2, abs=1e-4)]
+    # a mid pass whose buckets are no bigger (a model of one size of tensor): one ratio, from the first pass
     one_size = replace(prof, tensors=tuple(TensorSpec(f"u{i}", 16384, 0.001) for i in range(8)))
     same_ends = pass_ends(mid_pass_planner(one_size), one_size)
     assert same_ends == tuple(range(1, 9))  # caps below one tensor: a bucket per gradient again
-    same = [{"launch_pass": launch_pass_of(one_size, cost, sem, e, d1), "launch_pass_mid": launch_pass_of(one_size, cost, sem, e, d1, ends=same_ends)}]
-    got_e, got_d, got = launch_costs(same, sem, one_size, cost, 0.0)
-    assert got == () and got_d == pytest.approx(d1, abs=2e-6)
+    same = [{"launch_pass": launch_pass_of(one_size, cost, sem, e, r1), "launch_pass_mid": launch_pass_of(one_size, cost, sem, e, r1, ends=same_ends)}]
+    got_e, got = launch_costs(same, sem, one_size, cost, 0.0)
+    assert got == ((16384, pytest.approx(r1, abs=1e-4)),)
+
+
+def test_a_pass_faster_than_any_ratio_leaves_its_point_at_the_floor_and_the_other_fitted():
+    # the two passes of the test above, the first ending sooner than any ratio under compute can
+    # make it (its all-reduces drained faster after compute than the table says, as stock DDP's
+    # buckets of one gradient each did at 500 Mbit/s): r1 stops at the floor, and the mid pass,
+    # made with ratio 1, is still met (its own buckets take some of r1 between the points)
+    prof = ModelProfile(
+        "m", 1, "cpu", "measured", 0.05, tuple(TensorSpec(f"t{i}", 16384 if i % 2 else 65536, 0.001) for i in range(64)), optimizer_s=0.01
+    )
+    cost = AlphaBeta(3e-3, 5e-8)
+    sem = Semantics("gloo", 2, 0.0, 0.7, 0.0, 0.0, None, ((16384, 1.0),))
+    mid = pass_ends(mid_pass_planner(prof), prof)
+    first = launch_pass_of(prof, cost, sem, 0.0)
+    samples = [{"launch_pass": (first[0], first[1] * 0.7, first[2]), "launch_pass_mid": launch_pass_of(prof, cost, sem, 0.0, ends=mid)}]
+    got_e, got = launch_costs(samples, sem, prof, cost, 0.0)
+    assert got[0] == (16384, CALL_FLOOR)
+    again = launch_pass_of(prof, cost, sem, got_e, got, ends=mid)
+    assert again[1] == pytest.approx(samples[0]["launch_pass_mid"][1], rel=1e-4)
 
 
 def test_measured_semantics_carry_the_fitted_launch_costs():
-    # all-reduces queue behind compute (3 ms each, 0.5 ms of compute per gradient): e and d apart
+    # all-reduces queue behind compute (3 ms each, 0.5 ms of compute per gradient): e and the ratio apart
     prof = ModelProfile("m", 1, "cpu", "measured", 0.05, tuple(TensorSpec(f"t{i}", 4, 0.0005) for i in range(20)))
     cost = AlphaBeta(3e-3, 0.0)
     base = [probe() for _ in range(3)]
     contention = contention_of(base, threads=2)
     sem0 = semantics_of(contention, "gloo")
-    samples = [{**p, "launch_pass": launch_pass_of(prof, cost, sem0, 1e-4, 4e-4)} for p in base]
+    samples = [{**p, "launch_pass": launch_pass_of(prof, cost, sem0, 1e-4, 1.3)} for p in base]
     sem = measured_semantics(samples, contention, "gloo", prof, cost)
-    assert sem.launch_compute_s == pytest.approx(1e-4, abs=1e-6) and sem.call_overhead_s == pytest.approx(4e-4, abs=1e-6)
-    assert (sem.compute_slowdown, sem.under_compute) == (sem0.compute_slowdown, sem0.under_compute)
+    assert sem.launch_compute_s == pytest.approx(1e-4, abs=1e-6) and sem.launch_factor_points == ((4, pytest.approx(1.3, abs=1e-4)),)
+    assert sem.call_overhead_s == 0.0 and (sem.compute_slowdown, sem.under_compute) == (sem0.compute_slowdown, sem0.under_compute)
 
 
 def test_profile_scales_backward_to_the_light_steps_and_adds_finalize_after_the_last_all_reduce():

@@ -393,12 +393,10 @@ def _describe_semantics(sem) -> str:
     if sem.contended:
         text += (
             f", compute +{sem.compute_slowdown:.0%} under all-reduce, all-reduce +{sem.comm_slowdown:.0%} under compute"
-            + (
-                ", per call under compute " + ", ".join(f"{b} B {d * 1e3:+.2f} ms" for b, d in sem.call_overhead_points)
-                if sem.call_overhead_points
-                else f", {sem.call_overhead_s * 1e3:+.2f} ms per call under compute"
-            )
+            f", {sem.call_overhead_s * 1e3:+.2f} ms per call under compute"
         )
+        if sem.launch_factor_points:
+            text += ", launched from backward " + ", ".join(f"{b} B x{r:.2f}" for b, r in sem.launch_factor_points)
         if sem.under_compute:
             text += ", all-reduce under compute " + ", ".join(f"{b} B x{f:.2f}" for b, f in sem.under_compute)
         if sem.launch_compute_s:

@@ -221,8 +221,8 @@ class Optimal:
             1.0 + sem.comm_slowdown,
             upper_bound_s=known[0],
             tolerance=self.tolerance,
-            call_overhead_s=sem.call_overhead_at if sem.call_overhead_points else sem.call_overhead_s,
-            under_compute=sem.factor_under_compute if sem.under_compute else None,
+            call_overhead_s=sem.call_overhead_s,
+            under_compute=sem.bucket_factor if sem.under_compute or sem.launch_factor_points else None,
             min_factor=sem.min_factor_under_compute,
         )
         return ends if ends and end_s <= known[0] else known[2]

@@ -73,7 +73,7 @@ def contended_optimal_ends(
     slow_comm: float,
     upper_bound_s: float = float("inf"),
     tolerance: float = 0.0,
-    call_overhead_s=0.0,
+    call_overhead_s: float = 0.0,
     under_compute=None,
     min_factor: float = 1.0,
     coarse_first: bool = True,
@@ -82,7 +82,7 @@ def contended_optimal_ends(
 
     ``slow_compute`` and ``slow_comm`` are the factors 1 + slowdown (>= 1); beside compute a
     bucket's all-reduce goes at 1 / (``slow_comm`` x (``under_compute(bytes)`` + ``call_overhead_s``
-    / T)) (``call_overhead_s`` a number or, per size, a function of an array of sizes; a negative one no lower than its floor:
+    / T)) (a negative ``call_overhead_s`` no lower than its floor:
     :func:`~commsched.sim.semantics.factor_with_call`; ``under_compute`` maps an array of sizes to
     factors; None is 1; ``min_factor`` is a lower bound of the whole factor, for the pruning
     bounds), as :mod:`commsched.sim.contention` does: that is m in
@@ -98,8 +98,7 @@ def contended_optimal_ends(
     def option(_k2: np.ndarray, nbytes: np.ndarray):
         t = cost.times_s(nbytes)
         under = under_compute(nbytes) if under_compute is not None else 1.0
-        d = call_overhead_s(nbytes) if callable(call_overhead_s) else call_overhead_s
-        under = factor_with_call(under, d, t)  # as the simulator
+        under = factor_with_call(under, call_overhead_s, t)  # as the simulator
         return t, m * under, c
 
     # a factor below 1 makes all-reduces under compute cheaper: the bound on what is left shrinks

@@ -20,8 +20,8 @@ with its defaults. Every rank, in lockstep:
    message size c), which also holds the per-call costs as the runtime issues them; and two
    backward passes of stock DDP, one with a bucket per gradient and one with about
    ``MID_PASS_BUCKETS`` buckets: what launching a bucket from the backward pass costs compute
-   (``launch_compute_s``) and what buckets take beyond their factor while the pass runs, by size
-   (``call_overhead_points``), fitted by :func:`launch_costs`;
+   (``launch_compute_s``) and by what ratio the buckets' factor under compute differs from the
+   chains', by size (``launch_factor_points``), fitted by :func:`launch_costs`;
 4. scores every strategy under those semantics; ``optimal`` plans for them (to within 1% of the
    serial run's optimum without launch costs, then the best of that, the plain optimum and one
    bucket under the measured semantics: :class:`~commsched.planners.Optimal`);
@@ -262,8 +262,8 @@ def pass_ends(planner, profile: ModelProfile) -> tuple[int, ...]:
 class _LaunchSteps:
     """Stock DDP with a fixed plan, *not* recorded: one bucket per gradient (``wfbp``'s plan, the
     default) or ``planner``'s. What launching buckets from the backward pass costs compute (the
-    semantics' ``launch_compute_s``) and what they cost beyond their factor while it runs
-    (``call_overhead_s``, or per size ``call_overhead_points`` from two such passes), fitted by
+    semantics' ``launch_compute_s``) and how fast they go under compute beside the chains
+    (``launch_factor_points``, by size from two such passes), fitted by
     :func:`launch_costs`. Not recorded because the recorder's per-bucket calls cost more than what
     is measured here: on densenet121's 364 buckets a recorded step took 15% longer than the same
     DDP instance's unrecorded one (``benchmarks/overhead.py densenet121 8 64 8 wfbp``, BENCHMARKS.md).
@@ -302,33 +302,38 @@ class _LaunchSteps:
 
 def launch_costs(
     samples: list[dict], semantics: Semantics, profile: ModelProfile, cost, finalize_s: float
-) -> tuple[float, float, tuple[tuple[int, float], ...]]:
-    """The semantics' ``launch_compute_s`` e and per-call term d from :class:`_LaunchSteps`'
-    samples: (e, d, ()) from the pass with one bucket per gradient (key ``launch_pass``) alone, or
-    (e, 0, ((b1, d1), (b2, d2))) (``call_overhead_points``) when the samples also hold the pass of
+) -> tuple[float, tuple[tuple[int, float], ...]]:
+    """The semantics' ``launch_compute_s`` e and ``launch_factor_points`` from :class:`_LaunchSteps`'
+    samples: (e, ((b1, r1),)) from the pass with one bucket per gradient (key ``launch_pass``)
+    alone, or (e, ((b1, r1), (b2, r2))) when the samples also hold the pass of
     :func:`mid_pass_planner` (key ``launch_pass_mid``) and its median bucket is at least twice the
-    first pass's: b1 and b2 are the two passes' median bucket sizes (d is a time per bucket, so
-    each bucket weighs alike in a pass's end), d1 and d2 the d at them, d(b) linear in log2(b)
-    between them and flat beyond (:meth:`Semantics.call_overhead_at`).
+    first pass's: b1 and b2 are the two passes' median bucket sizes, r1 and r2 the ratio at them by
+    which a bucket's factor under compute differs from the probe chains' (:meth:`Semantics.bucket_factor`:
+    linear in log2(b) between the points, flat beyond them).
 
     The values are those with which the simulator, under ``semantics`` (its other numbers), on
     ``profile`` with ``cost`` (the cost table of the same minutes) and each pass's buckets, ends
     compute when the first pass's median last gradient was ready (e: compute work per bucket
     launched) and each pass's last all-reduce when its median ``backward()`` returned, less
-    ``finalize_s`` (DDP copying the gradients back, measured in the profile steps) (d: time per
-    all-reduce under compute beyond its factor). e is the least value >= 0 that reaches its target
-    (0 when none is needed). d may be negative (the buckets went faster under compute than the
-    probe's chains say: once -0.4 ms per call on mobilenet_v2, BENCHMARKS.md): it is the least value
-    from the one at which every bucket's factor is at its floor (:func:`commsched.sim.semantics.factor_with_call`) that
-    reaches its target. All by bisection, e and then each d in turn until none moves by a
-    microsecond (d changes when all-reduces are in flight, which changes the rate compute runs
-    at; each pass's buckets take some of the other point's d), at most 12 times. Where the
-    all-reduces keep up with compute (no queue), d too only slows compute and the two cannot be
-    told apart: then the fit puts what it can in e, and the pass is made again all the same.
-    (0, 0, ()) for samples from before the pass was measured."""
+    ``finalize_s`` (DDP copying the gradients back, measured in the profile steps) (r). e is the
+    least value >= 0 that reaches its target (0 when none is needed, at most a second), each r the
+    least in [``CALL_FLOOR``, 64] (a pass that ends sooner than its floor allows is left that much
+    short: at 500 Mbit/s the pass with a bucket per gradient ended 6-9.5% sooner than the simulator
+    says with r = 1 on resnet18, resnet50 and googlenet, mostly after compute, where no r acts;
+    BENCHMARKS.md). All by bisection, e and then each r in turn until none moves by a millionth
+    (r changes when all-reduces are in flight, which changes the rate compute runs at; each pass's
+    buckets take some of the other point's r), at most 12 times. Where the all-reduces keep up with
+    compute (no queue), r too only slows compute and the two cannot be told apart: then the fit
+    puts what it can in e, and the pass is made again all the same. (0, ()) for samples from before
+    the pass was measured.
+
+    A ratio, not a time per call (the earlier ``call_overhead_s`` d, fitted at two sizes), because a
+    bandwidth-bound all-reduce's time under compute scales with its size: d fitted at the passes'
+    sizes and applied between them made plans of 15-48 mid-size buckets 4-7% too fast on the same
+    runs where the ratio is within 3% (BENCHMARKS.md, "a ratio, not a time per call")."""
     got = [s["launch_pass"] for s in samples if s.get("launch_pass")]
     if not got or not profile.tensors:
-        return 0.0, 0.0, ()
+        return 0.0, ()
     backward_s = statistics.median(x[0] for x in got)
     passes = [(tuple(range(1, len(profile.tensors) + 1)), statistics.median(x[1] for x in got) - finalize_s)]
     mid = [s["launch_pass_mid"] for s in samples if s.get("launch_pass_mid")]
@@ -337,52 +342,40 @@ def launch_costs(
     prefix = [0]
     for t in profile.tensors:
         prefix.append(prefix[-1] + t.bytes)
-    sizes = [[prefix[b] - prefix[a] for a, b in zip((0, *ends), ends)] for ends, _ in passes]
-    medians = [int(statistics.median_low(s)) for s in sizes]
-    if len(passes) == 2 and medians[1] < 2 * medians[0]:  # one size in effect: one d, from the first pass
-        passes, sizes, medians = passes[:1], sizes[:1], medians[:1]
-    # below this d every bucket's factor under compute is at its floor: d changes nothing more
-    d_floor = -(1.0 - CALL_FLOOR) * max(semantics.factor_under_compute(b) * cost.time_s(b) for s in sizes for b in s)
+    medians = [int(statistics.median_low([prefix[b] - prefix[a] for a, b in zip((0, *ends), ends)])) for ends, _ in passes]
+    if len(passes) == 2 and medians[1] < 2 * medians[0]:  # one size in effect: one ratio, from the first pass
+        passes, medians = passes[:1], medians[:1]
 
-    def sem_with(e: float, ds: list[float]) -> Semantics:
-        if len(ds) == 1:
-            return replace(semantics, launch_compute_s=e, call_overhead_s=ds[0], call_overhead_points=())
-        return replace(semantics, launch_compute_s=e, call_overhead_s=0.0, call_overhead_points=tuple(zip(medians, ds)))
-
-    def run(k: int, e: float, ds: list[float]) -> tuple[float, float]:
-        tl = simulate_run(profile, passes[k][0], cost, sem_with(e, ds))
+    def run(k: int, e: float, rs: list[float]) -> tuple[float, float]:
+        sem = replace(semantics, launch_compute_s=e, call_overhead_s=0.0, launch_factor_points=tuple(zip(medians, rs)))
+        tl = simulate_run(profile, passes[k][0], cost, sem)
         return tl.compute_s - profile.forward_s, tl.iteration_s - profile.optimizer_s - profile.forward_s
 
-    def least(f, target: float, lo: float = 0.0) -> float:
+    def least(f, target: float, lo: float, hi: float, cap: float) -> float:
+        """The least x >= lo with f(x) >= target (f rises with x), bracketed from hi by doubling up to cap."""
         if f(lo) >= target:
             return lo
-        if lo < 0.0 and f(0.0) >= target:
-            hi = 0.0
-        else:
-            lo, hi = max(lo, 0.0), 1e-4
-            while f(hi) < target:
-                if hi >= 1.0:  # a second per call is beyond any runtime: take it as the bound
-                    return hi
-                lo, hi = hi, hi * 2.0
-        for _ in range(20):  # to a millionth of the bracket
+        while f(hi) < target:
+            if hi >= cap:  # beyond any runtime: take it as the bound
+                return cap
+            lo, hi = hi, min(cap, hi * 2.0)
+        for _ in range(24):  # to a ten-millionth of the bracket
             mid = 0.5 * (lo + hi)
             lo, hi = (mid, hi) if f(mid) < target else (lo, mid)
         return hi
 
-    def with_d(ds: list[float], k: int, x: float) -> list[float]:
-        return [x if i == k else d for i, d in enumerate(ds)]
+    def with_r(rs: list[float], k: int, x: float) -> list[float]:
+        return [x if i == k else r for i, r in enumerate(rs)]
 
-    e, ds = 0.0, [0.0] * len(passes)
-    for _ in range(12):  # until none moves by a microsecond
-        was = [e, *ds]
-        e = least(lambda x: run(0, x, ds)[0], backward_s)
+    e, rs = 0.0, [1.0] * len(passes)
+    for _ in range(12):  # until none moves by a millionth
+        was = [e, *rs]
+        e = least(lambda x: run(0, x, rs)[0], backward_s, 0.0, 1e-4, 1.0)
         for k, (_, end_s) in enumerate(passes):
-            ds[k] = least(lambda x: run(k, e, with_d(ds, k, x))[1], end_s, d_floor)
-        if all(abs(a - b) < 1e-6 for a, b in zip(was, [e, *ds])):
+            rs[k] = least(lambda x: run(k, e, with_r(rs, k, x))[1], end_s, CALL_FLOOR, 1.0, 64.0)
+        if all(abs(a - b) < 1e-6 for a, b in zip(was, [e, *rs])):
             break
-    if len(ds) == 1:
-        return e, ds[0], ()
-    return e, 0.0, tuple(zip(medians, ds))
+    return e, tuple(zip(medians, rs))
 
 
 class _Probe:
@@ -403,7 +396,7 @@ class _Probe:
       table measured before the rounds can be brought to the rounds' minutes (:func:`drifted`);
     - with ``launches`` (:class:`_LaunchSteps`: one bucket per gradient, and
       :func:`mid_pass_planner`'s), one pass of each: what launching buckets from the backward pass
-      costs compute and what they cost beyond their factor by size (:func:`launch_costs`).
+      costs compute and how fast they go under compute by size (:func:`launch_costs`).
 
     Each forward runs first, untimed, and ranks meet at a barrier before each timed part.
     """
@@ -683,7 +676,7 @@ def drifted(cost: Table, anchors: dict[int, float]) -> Table:
 def semantics_of(contention: dict, backend: str, launch_compute_s: float = 0.0) -> Semantics:
     """The measured semantics: the per-size factor under compute stands for the rate slowdown m
     of :mod:`commsched.sim.semantics` too (m stays 0: one model, not two); ``launch_compute_s`` and
-    ``call_overhead_s`` (what DDP's buckets take beyond the factor) are :func:`launch_costs` (they
+    ``launch_factor_points`` (how DDP's buckets go under compute beside the chains) are :func:`launch_costs` (they
     need the profile and the cost table as well as the probes)."""
     threads = contention["threads"] if backend == "gloo" else 1
     return Semantics(
@@ -705,8 +698,8 @@ def measured_semantics(
     """:func:`semantics_of` with the launch costs of these probe samples (:func:`launch_costs`)
     against ``profile``, ``cost`` (the cost table of the same minutes) and ``finalize_s``."""
     sem = semantics_of(contention, backend)
-    e, d, points = launch_costs(samples, sem, profile, cost, finalize_s)
-    return replace(sem, launch_compute_s=e, call_overhead_s=d, call_overhead_points=points)
+    e, points = launch_costs(samples, sem, profile, cost, finalize_s)
+    return replace(sem, launch_compute_s=e, call_overhead_s=0.0, launch_factor_points=points)
 
 
 # --- the compute profile ------------------------------------------------------------------------
@@ -1267,14 +1260,14 @@ def _describe(sem: Semantics) -> str:
     return (
         f"{sem.backend} ({sem.threads} thread{'s' if sem.threads > 1 else ''}, gain {sem.concurrency_gain:.2f}), "
         f"compute {sem.compute_slowdown:+.0%} under an all-reduce{two}, all-reduces under compute {under} "
-        f"{_per_call(sem)} per call, {sem.launch_compute_s * 1e6:.0f} us of compute per launch"
+        f"{_per_call(sem)}, {sem.launch_compute_s * 1e6:.0f} us of compute per launch"
     )
 
 
 def _per_call(sem: Semantics) -> str:
-    if not sem.call_overhead_points:
-        return f"{sem.call_overhead_s * 1e6:+.0f} us"
-    return "(" + ", ".join(f"{_size(b)} {d * 1e6:+.0f} us" for b, d in sem.call_overhead_points) + ")"
+    ratios = ", ".join(f"{_size(b)} x{r:.2f}" for b, r in sem.launch_factor_points)
+    d = f", {sem.call_overhead_s * 1e6:+.0f} us per call" if sem.call_overhead_s else ""
+    return f"(launched from backward: {ratios or 'x1'}{d})"
 
 
 def _size(b: int) -> str:

@@ -148,10 +148,11 @@ def _events(forward_s, work, pb, ends, cost: CostModel, sem: Semantics, per_buck
 
     ``per_bucket`` (the resource simulator's) gives, for each bucket, its work alone in seconds,
     the factor by which its progress slows while compute runs, and compute's time factor while it
-    alone is in flight; without it they come from ``sem`` (T, (1 + m)(factor(b) + d / T), 1 + c).
+    alone is in flight; without it they come from ``sem`` (T, (1 + m)(factor(b) ratio(b) + d / T), 1 + c:
+    :meth:`~commsched.sim.semantics.Semantics.bucket_factor`).
     """
     n, nb = len(work), len(ends)
-    c2, e = 1.0 + sem.compute_slowdown_many, sem.launch_compute_s
+    c2, d, e = 1.0 + sem.compute_slowdown_many, sem.call_overhead_s, sem.launch_compute_s
     threads, gain = sem.threads, sem.concurrency_gain
     busy_to = last_working(work)
     if per_bucket is None:
@@ -161,7 +162,7 @@ def _events(forward_s, work, pb, ends, cost: CostModel, sem: Semantics, per_buck
             # the size's factor and d apply only while compute runs (below): a bucket launched
             # under compute that waits in the queue, or outlasts compute, goes at its speed alone after
             alone[j] = cost.time_s(nbytes)
-            slow[j] = (1.0 + sem.comm_slowdown) * factor_with_call(sem.factor_under_compute(nbytes), sem.call_overhead_at(nbytes), alone[j])
+            slow[j] = (1.0 + sem.comm_slowdown) * factor_with_call(sem.bucket_factor(nbytes), d, alone[j])
     else:
         alone, slow, cfac = per_bucket
     t = forward_s

@@ -29,15 +29,10 @@ Contention (LIBRA's g(b, r) in its simplest measured form, with a per-call term)
   more than its factor says, (1 + m)(factor(b) T(b) + d) in all: its factor under compute is
   factor(b) + d / T(b) (a T of 0 gets no d). d may be negative: the buckets of the runtime then go
   faster under compute than the factor says, to no less than ``CALL_FLOOR`` (a quarter) of it
-  (:func:`factor_with_call`). ``validate`` fits d to stock DDP's own buckets, and a pass of
+  (:func:`factor_with_call`). ``validate`` fitted d to stock DDP's own buckets until
+  ``launch_factor_points`` took its place (it now leaves d at 0), and a pass of
   mobilenet_v2 with 158 of them once needed -0.4 ms per call: its 16 KiB buckets took about 0.9
   ms each under compute, where the probe's chains of 16 KiB all-reduces said 1.3 (BENCHMARKS.md).
-  ``call_overhead_points`` (bytes, d) make d depend on the bucket's size: linear in log2(b)
-  between the points, flat beyond them (then ``call_overhead_s`` must be 0). ``validate`` fits
-  two: one to stock DDP's buckets of one gradient each, one to a pass with about 16 buckets of
-  equal bytes (:func:`commsched.runtime.validate.launch_costs`), because one d fitted to the
-  first alone made plans of a few large buckets 4-7% too fast at 500 Mbit/s (d = -13.5 ms
-  per call on resnet18: its small buckets went at the floor, BENCHMARKS.md).
   It was first seen as a cost, beside compute only: on
   the emulated cluster, buckets that stock DDP launched one per gradient from the backward pass
   took 0.10-0.28 ms more per call while the pass ran than a chain of 16 KiB all-reduces launched
@@ -50,9 +45,19 @@ Contention (LIBRA's g(b, r) in its simplest measured form, with a per-call term)
   per gradient slowed mobilenet_v2's backward pass about twice as much as one long all-reduce or a
   chain of 16 KiB ones in flight (``benchmarks/tail_rate.py``, BENCHMARKS.md): a cost per launch,
   not per second in flight (recorded too).
-  ``validate`` fits e to an unrecorded pass of stock DDP with one bucket per gradient, and d at
-  two sizes to that pass and one with about 16 buckets
+  ``validate`` fits e to an unrecorded pass of stock DDP with one bucket per gradient
   (:func:`commsched.runtime.validate.launch_costs`);
+- ``launch_factor_points``: a table of (message bytes, ratio): while backward compute runs, an
+  all-reduce of b bytes goes at 1 / (factor(b) x ratio(b)) of its speed alone (before d), the
+  ratio interpolated like ``under_compute`` (empty: 1), no lower than ``CALL_FLOOR``. ``validate``
+  fits it at two sizes to two unrecorded passes of stock DDP (a bucket per gradient; about 16
+  buckets), :func:`commsched.runtime.validate.launch_costs`: the buckets DDP launches from the
+  backward pass need not go as the probe's chains of one size launched at its start do (at 2
+  Gbit/s resnet50's 8 MiB buckets went at 0.88 of the chains' factor under compute). A ratio, not
+  a time per call, because a bandwidth-bound all-reduce's time under compute scales with its size:
+  a d fitted at 2 and 8 MiB and applied at 1-3 MiB made plans of 15-48 such buckets 4-7% too fast
+  (resnet50 at 2 Gbit/s, googlenet and bert_small at 500 Mbit/s; BENCHMARKS.md, "a ratio, not a
+  time per call");
 - ``under_compute``: a table of (message bytes, factor): while backward compute runs, an
   all-reduce of b bytes progresses at 1 / factor(b) of its speed alone (on top of 1 / (1 + m)),
   the factor interpolated linearly in log2(b) between the points and flat beyond them (empty: 1).
@@ -69,7 +74,7 @@ many-bucket plan queued past the end of backward kept their under-compute speed;
 without e, mobilenet_v2's 158-bucket plan was predicted 8% short, with both changes -1.2%,
 BENCHMARKS.md.)
 
-With gain 0, c2 = c, one factor for every size and no d, every rate in the run depends only on whether
+With gain 0, c2 = c, one factor and one ratio for every size and no d, every rate in the run depends only on whether
 something is in flight: what :attr:`Semantics.serial_equivalent` needs. Factors that differ by
 size break it: on gloo's threads a small all-reduce beside a large one under compute goes at its
 own (faster) speed, which one after the other it cannot.
@@ -101,38 +106,20 @@ def _check(what: str, v: float, upper: float, lower: float = 0.0) -> None:
         raise CommschedError(f"{what} must be a finite number in [{lower:g}, {upper:g}], got {v!r}")
 
 
-def factor_with_call(factor, call_overhead_s, alone_s):
+def factor_with_call(factor, call_overhead_s: float, alone_s):
     """An all-reduce's factor under compute with the per-call term: factor(b) + d / T(b) (a T of 0
     gets no d), and for a negative d no less than ``CALL_FLOOR`` x factor(b). Scalars or numpy
-    arrays (d too, one per size); the simulator and ``optimal_contended`` both use it, so they agree."""
-    if np.ndim(call_overhead_s) == 0 and not call_overhead_s:
+    arrays; the simulator and ``optimal_contended`` both use it, so they agree."""
+    if not call_overhead_s:
         return factor
-    if np.ndim(factor) == 0 and np.ndim(alone_s) == 0 and np.ndim(call_overhead_s) == 0:  # the simulator's case: floats
+    if np.ndim(factor) == 0 and np.ndim(alone_s) == 0:  # the simulator's case, per bucket: plain floats
         out = factor + (call_overhead_s / alone_s if alone_s > 0 else 0.0)
         return max(out, CALL_FLOOR * factor) if call_overhead_s < 0 else out
     t = np.asarray(alone_s, dtype=np.float64)
-    out = factor + np.where(t > 0, np.asarray(call_overhead_s, dtype=np.float64) / np.where(t > 0, t, 1.0), 0.0)
-    # a d >= 0 leaves out >= factor, above the floor: one maximum covers both signs
-    out = np.maximum(out, CALL_FLOOR * np.asarray(factor, dtype=np.float64))
+    out = factor + np.where(t > 0, call_overhead_s / np.where(t > 0, t, 1.0), 0.0)
+    if call_overhead_s < 0:
+        out = np.maximum(out, CALL_FLOOR * np.asarray(factor, dtype=np.float64))
     return float(out) if np.ndim(out) == 0 else out
-
-
-def _call_points(pts: object) -> tuple[tuple[int, float], ...]:
-    """``call_overhead_points``: [bytes, d] with sizes rising strictly in (0, 2**50], d in [-1e3, 1e3] s."""
-    if not isinstance(pts, (tuple, list)):
-        raise CommschedError(f"call_overhead_points must be a list of [bytes, seconds] points, got {pts!r}")
-    clean = []
-    for pt in pts:
-        if not isinstance(pt, (tuple, list)) or len(pt) != 2:
-            raise CommschedError(f"call_overhead_points are [bytes, seconds] pairs, got {pt!r}")
-        b, d = pt
-        if isinstance(b, bool) or not isinstance(b, int) or not 0 < b <= 2**50:
-            raise CommschedError(f"call_overhead_points sizes must be whole bytes in (0, 2**50], got {b!r}")
-        _check("call_overhead_points seconds", d, 1e3, -1e3)
-        clean.append((b, float(d)))
-    if any(b2 <= b1 for (b1, _), (b2, _) in zip(clean, clean[1:])):
-        raise CommschedError(f"call_overhead_points sizes must increase strictly, got {[b for b, _ in clean]}")
-    return tuple(clean)
 
 
 @dataclass(frozen=True)
@@ -146,7 +133,7 @@ class Semantics:
     compute_slowdown_concurrent: float | None = None
     under_compute: tuple[tuple[int, float], ...] = ()
     launch_compute_s: float = 0.0
-    call_overhead_points: tuple[tuple[int, float], ...] = ()
+    launch_factor_points: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.backend not in ("nccl", "gloo"):
@@ -163,11 +150,11 @@ class Semantics:
         if self.compute_slowdown_concurrent is not None:
             _check("compute_slowdown_concurrent", self.compute_slowdown_concurrent, 1e3)
         object.__setattr__(self, "under_compute", size_points("under_compute", self.under_compute, 100))
-        object.__setattr__(self, "call_overhead_points", _call_points(self.call_overhead_points))
-        if self.call_overhead_points and self.call_overhead_s:
-            raise CommschedError(
-                f"give call_overhead_s or call_overhead_points, not both (got {self.call_overhead_s!r} and {list(self.call_overhead_points)})"
-            )
+        ratios = size_points("launch_factor_points", self.launch_factor_points, 100)
+        low = [r for _, r in ratios if r < CALL_FLOOR]
+        if low:
+            raise CommschedError(f"launch_factor_points ratios must be at least {CALL_FLOOR}, got {low[0]!r}")
+        object.__setattr__(self, "launch_factor_points", ratios)
 
     def factor_under_compute(self, nbytes) -> float:
         """factor(b) of ``under_compute`` (1 without points); numpy arrays give arrays."""
@@ -175,23 +162,19 @@ class Semantics:
             return 1.0 if np.ndim(nbytes) == 0 else np.ones(np.shape(nbytes))
         return interp_log2(self.under_compute, nbytes)
 
-    def call_overhead_at(self, nbytes):
-        """d(b): ``call_overhead_s``, or ``call_overhead_points`` interpolated in log2(b) (flat
-        beyond them); numpy arrays give arrays."""
-        if not self.call_overhead_points:
-            return self.call_overhead_s if np.ndim(nbytes) == 0 else np.full(np.shape(nbytes), self.call_overhead_s)
-        return interp_log2(self.call_overhead_points, nbytes)
-
-    @property
-    def has_call_overhead(self) -> bool:
-        return bool(self.call_overhead_s) or any(d for _, d in self.call_overhead_points)
+    def bucket_factor(self, nbytes):
+        """factor(b) x ratio(b): ``under_compute`` and ``launch_factor_points`` (each 1 without
+        points), the factor before d of an all-reduce launched from the backward pass while compute
+        runs; numpy arrays give arrays."""
+        if not self.launch_factor_points:
+            return self.factor_under_compute(nbytes)
+        return self.factor_under_compute(nbytes) * interp_log2(self.launch_factor_points, nbytes)
 
     @property
     def min_factor_under_compute(self) -> float:
         """A lower bound of every all-reduce's factor under compute, d included (planners prune with it)."""
-        low = min([f for _, f in self.under_compute], default=1.0)
-        negative = self.call_overhead_s < 0 or any(d < 0 for _, d in self.call_overhead_points)
-        return low * CALL_FLOOR if negative else low
+        low = min([f for _, f in self.under_compute], default=1.0) * min([r for _, r in self.launch_factor_points], default=1.0)
+        return low * CALL_FLOOR if self.call_overhead_s < 0 else low
 
     @property
     def compute_slowdown_many(self) -> float:
@@ -201,24 +184,25 @@ class Semantics:
 
     @property
     def contended(self) -> bool:
-        return bool(self.compute_slowdown or self.comm_slowdown or self.has_call_overhead or self.under_compute or self.launch_compute_s)
+        ratios = any(r != 1.0 for _, r in self.launch_factor_points)
+        return bool(self.compute_slowdown or self.comm_slowdown or self.call_overhead_s or self.under_compute or self.launch_compute_s or ratios)
 
     @property
     def serial_equivalent(self) -> bool:
         """True when the iteration is the serial (nccl) one: one thread, or several that share the
         link without gain, slow compute no more than one does and slow down alike under compute
-        (one ``under_compute`` factor for every size, and no d). Then the total work in flight
+        (one ``under_compute`` factor and one launch ratio for every size, and no d). Then the total work in flight
         evolves exactly as with one thread (the rates depend only on whether anything is in
         flight), so bucket end times may differ but the last one, the end of compute and hence the
         iteration time do not (a property test checks it)."""
         # d / T(b) makes the factor differ by size as well
-        uniform = len({f for _, f in self.under_compute}) <= 1 and not self.has_call_overhead
+        uniform = len({f for _, f in self.under_compute}) <= 1 and len({r for _, r in self.launch_factor_points}) <= 1 and not self.call_overhead_s
         return self.threads == 1 or (self.concurrency_gain == 0.0 and self.compute_slowdown_many == self.compute_slowdown and uniform)
 
     def to_json(self) -> dict:
         doc = asdict(self)
         doc["under_compute"] = [list(p) for p in self.under_compute]
-        doc["call_overhead_points"] = [list(p) for p in self.call_overhead_points]
+        doc["launch_factor_points"] = [list(p) for p in self.launch_factor_points]
         return doc
 
 
@@ -234,7 +218,7 @@ def semantics_from_json(doc: object, where: str = "semantics") -> Semantics:
         raise CommschedError(f"{where}: unknown field {sorted(unknown)[0]!r}")
     try:
         doc = dict(doc)
-        for key in ("under_compute", "call_overhead_points"):
+        for key in ("under_compute", "launch_factor_points"):
             if isinstance(doc.get(key), list):
                 doc[key] = tuple(tuple(p) if isinstance(p, list) else p for p in doc[key])
         return Semantics(**doc)
