@@ -39,8 +39,8 @@ MODELS = {  # CPU-friendly sizes, shapes of every kind
     # 292 tensors, 104 MiB, inception blocks with factorised 1x7/7x1 convolutions; 299 px because its
     # auxiliary head needs a 17x17 grid: the held-out model of 2026-11-25, evening
     "inception_v3": ["--batch-size", "2"],
-    # 484 tensors, 110 MiB, wide dense blocks (48 growth): the held-out model of 2026-11-26, after the
-    # per-size d and its per-point floor were settled on the other models
+    # 484 tensors, 109 MiB, wide dense blocks (48 growth): the held-out model of 2026-11-26, after the
+    # launch ratio by size was settled on the other models
     "densenet161": ["--batch-size", "4", "--image-size", "64"],
 }
 DEFAULT = ["resnet18", "resnet50", "bert_small", "mobilenet_v2", "alexnet", "googlenet"]
