@@ -69,7 +69,7 @@ def main() -> None:
         four, chain40 = med["big x4"], med["small x40"]
         mixed = med["(big, small x10) x4"]
         print(f"interleaved: {mixed * 1e3:.1f} ms against {(four + chain40) * 1e3:.1f}; hidden {1 - (mixed - four) / chain40:+.0%}")
-    end_process_group()
+    end_process_group(clean=True)
 
 
 if __name__ == "__main__":

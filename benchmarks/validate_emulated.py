@@ -122,11 +122,11 @@ def main() -> None:
             f"{_percent(sem['compute_slowdown_concurrent'], missing='not used')}), "
             f"under compute: {', '.join(f'{b}B x{f:.2f}' for b, f in sem['under_compute'])}; "
             f"compute per bucket launched: {sem.get('launch_compute_s', 0.0) * 1e6:.0f} us; "
-            f"launched from backward: {_per_call(sem)}"
+            f"launched from backward: {_launched(sem)}"
         )
 
 
-def _per_call(sem: dict) -> str:
+def _launched(sem: dict) -> str:
     """How DDP's buckets went under compute beside the chains as fitted: a ratio by size
     (``launch_factor_points``), or in runs from before it, d per call."""
     points = sem.get("launch_factor_points") or []

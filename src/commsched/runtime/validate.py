@@ -329,8 +329,8 @@ def launch_costs(
 
     A ratio, not a time per call (the earlier ``call_overhead_s`` d, fitted at two sizes), because a
     bandwidth-bound all-reduce's time under compute scales with its size: d fitted at the passes'
-    sizes and applied between them made plans of 15-48 mid-size buckets 4-7% too fast on the same
-    runs where the ratio is within 3% (BENCHMARKS.md, "a ratio, not a time per call")."""
+    sizes and applied between them made plans of 17-48 mid-size buckets 4-7% too fast on the same
+    runs where the ratio is within 2% (BENCHMARKS.md, "a ratio, not a time per call")."""
     got = [s["launch_pass"] for s in samples if s.get("launch_pass")]
     if not got or not profile.tensors:
         return 0.0, ()
@@ -1260,11 +1260,11 @@ def _describe(sem: Semantics) -> str:
     return (
         f"{sem.backend} ({sem.threads} thread{'s' if sem.threads > 1 else ''}, gain {sem.concurrency_gain:.2f}), "
         f"compute {sem.compute_slowdown:+.0%} under an all-reduce{two}, all-reduces under compute {under} "
-        f"{_per_call(sem)}, {sem.launch_compute_s * 1e6:.0f} us of compute per launch"
+        f"{_launched(sem)}, {sem.launch_compute_s * 1e6:.0f} us of compute per launch"
     )
 
 
-def _per_call(sem: Semantics) -> str:
+def _launched(sem: Semantics) -> str:
     ratios = ", ".join(f"{_size(b)} x{r:.2f}" for b, r in sem.launch_factor_points)
     d = f", {sem.call_overhead_s * 1e6:+.0f} us per call" if sem.call_overhead_s else ""
     return f"(launched from backward: {ratios or 'x1'}{d})"

@@ -53,9 +53,10 @@ Contention (LIBRA's g(b, r) in its simplest measured form, with a per-call term)
   fits it at two sizes to two unrecorded passes of stock DDP (a bucket per gradient; about 16
   buckets), :func:`commsched.runtime.validate.launch_costs`: the buckets DDP launches from the
   backward pass need not go as the probe's chains of one size launched at its start do (at 2
-  Gbit/s resnet50's 8 MiB buckets went at 0.88 of the chains' factor under compute). A ratio, not
+  Gbit/s resnet50's 7.5 MiB buckets went at 0.88 of the chains' factor under compute). A ratio, not
   a time per call, because a bandwidth-bound all-reduce's time under compute scales with its size:
-  a d fitted at 2 and 8 MiB and applied at 1-3 MiB made plans of 15-48 such buckets 4-7% too fast
+  a d fitted at the two passes' median buckets (1-16 KiB, 1-16 MiB) and interpolated between them
+  made plans of 17-48 buckets (0.5-3 MiB on average) 4-7% too fast
   (resnet50 at 2 Gbit/s, googlenet and bert_small at 500 Mbit/s; BENCHMARKS.md, "a ratio, not a
   time per call");
 - ``under_compute``: a table of (message bytes, factor): while backward compute runs, an
