@@ -55,7 +55,7 @@ def test_validate_end_to_end(tmp_path):
         u, end, n = p["launch_pass_mid"]
         assert 0 < u < end and 2 <= n + 1 <= MID_PASS_BUCKETS + 1  # buckets of the cap, then what is left
     points = sem["launch_factor_points"]
-    assert len(points) == 2 and points[0][0] < points[1][0] and all(0.25 <= r <= 64 for _, r in points) and sem["call_overhead_s"] == 0
+    assert len(points) == 2 and points[0][0] < points[1][0] and sem["call_overhead_s"] == 0
     # the profile steps' finalize time (DDP copying the gradients back) is in the profile's optimizer_s
     finalize = doc["raw"]["profile_steps"]["finalize_s"]
     assert len(finalize) == len(doc["raw"]["profile_steps"]["optimizer_s"]) and min(finalize) >= 0

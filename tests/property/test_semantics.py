@@ -213,10 +213,10 @@ def test_the_launch_ratio_gives_each_bucket_that_of_its_size():
     ratios = ((10, 1.5), (1000, 0.5))
     tl = simulate_run(p, (1, 2), AlphaBeta(0.5, 0.0), Semantics(launch_factor_points=ratios))
     assert [(s.start_s, s.end_s) for s in tl.allreduces] == [(2.0, 2.75), (3.0, 3.5)]
-    # the same bucket at 1000 B (T still 0.5 with beta 0): ratio 0.5, under a factor of 2 there
+    # the same bucket at 1000 B (T still 0.5 with beta 0): ratio 0.5, under a factor of 3 there: 0.75
     p = ModelProfile("m", 1, "d", "estimated", 1.0, (TensorSpec("a", 1000, 1.0), TensorSpec("b", 10, 1.0)))
-    tl = simulate_run(p, (1, 2), AlphaBeta(0.5, 0.0), Semantics(under_compute=((1000, 2.0),), launch_factor_points=ratios))
-    assert tl.allreduces[0].end_s == pytest.approx(2.5)
+    tl = simulate_run(p, (1, 2), AlphaBeta(0.5, 0.0), Semantics(under_compute=((1000, 3.0),), launch_factor_points=ratios))
+    assert tl.allreduces[0].end_s == pytest.approx(2.75)
 
 
 @pytest.mark.parametrize(

@@ -327,6 +327,13 @@ def launch_costs(
     puts what it can in e, and the pass is made again all the same. (0, ()) for samples from before
     the pass was measured.
 
+    Limits: bisection takes each pass's end to rise with r, which holds when two all-reduces in
+    flight slow compute no less than one (c2 >= c); with a c2 below c a higher r can end a pass up
+    to 0.5% sooner (seen on random small profiles), and the fit may then stop at a nearby value.
+    The loop's last values are returned even when 12 rounds did not settle them. The mid pass's
+    buckets are rebuilt from ``MID_PASS_BUCKETS``, not stored with the samples: runs made with
+    another value cannot be fitted again correctly.
+
     A ratio, not a time per call (the earlier ``call_overhead_s`` d, fitted at two sizes), because a
     bandwidth-bound all-reduce's time under compute scales with its size: d fitted at the passes'
     sizes and applied between them made plans of 17-48 mid-size buckets 4-7% too fast on the same

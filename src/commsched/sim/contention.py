@@ -4,9 +4,10 @@ Backward compute is sequential as in DESIGN.md; bucket j is launched when its la
 (every earlier bucket is launched by then: ready times only grow). Launched all-reduces wait in a
 FIFO queue for one of the runtime's ``threads`` (1 for NCCL's stream, 2 for gloo's worker threads);
 the n in flight each progress at (1 + gain (n - 1)) / n of their solo speed, and at 1 / (1 + m) of
-that, and at 1 / factor(b) (``under_compute``), while compute runs; compute runs at 1 / (1 + c)
-while one is in flight, 1 / (1 + c2) while more are. While compute runs, an all-reduce also takes d
-more (``call_overhead_s``: its factor is factor(b) + d / T(b)); a bucket launched while compute
+that, and at 1 / (factor(b) ratio(b)) (``under_compute`` and ``launch_factor_points``:
+:meth:`~commsched.sim.semantics.Semantics.bucket_factor`), while compute runs; compute runs at
+1 / (1 + c) while one is in flight, 1 / (1 + c2) while more are. While compute runs, an all-reduce
+also takes d more (``call_overhead_s``: its factor is factor(b) ratio(b) + d / T(b)); a bucket launched while compute
 still has work to do costs compute e more (``launch_compute_s``, right after the launch). With one thread and no contention this is :func:`commsched.sim.timeline.simulate`; with one thread and the two factors,
 LIBRA's g(b, r) in its simplest form (the previous contended simulator: a test keeps a frozen
 copy of it and compares).

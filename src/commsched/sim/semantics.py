@@ -26,8 +26,9 @@ Contention (LIBRA's g(b, r) in its simplest measured form, with a per-call term)
   ran at 1 / 1.81 of its speed under one 160 MB all-reduce and 1 / 2.24 under two; None means c);
 - ``comm_slowdown`` m: while backward compute runs, an all-reduce progresses at 1 / (1 + m);
 - ``call_overhead_s`` d: while backward compute runs, an all-reduce of b bytes takes d seconds
-  more than its factor says, (1 + m)(factor(b) T(b) + d) in all: its factor under compute is
-  factor(b) + d / T(b) (a T of 0 gets no d). d may be negative: the buckets of the runtime then go
+  more than its factor says, (1 + m)(F(b) T(b) + d) in all, F(b) = factor(b) x ratio(b)
+  (:meth:`Semantics.bucket_factor`): its factor under compute is F(b) + d / T(b) (a T of 0 gets
+  no d). d may be negative: the buckets of the runtime then go
   faster under compute than the factor says, to no less than ``CALL_FLOOR`` (a quarter) of it
   (:func:`factor_with_call`). ``validate`` fitted d to stock DDP's own buckets until
   ``launch_factor_points`` took its place (it now leaves d at 0), and a pass of
@@ -96,9 +97,10 @@ Backend = Literal["nccl", "gloo"]
 GLOO_DEFAULT_THREADS = 2  # ProcessGroupGloo::Options default in torch 2.14 (``_threads`` of the default group)
 
 
-# a negative d speeds an all-reduce under compute up to this fraction of its factor's time, no more:
-# it keeps every factor positive, with room below the fastest measured (about 0.7 of the factor,
-# mobilenet_v2's 16 KiB buckets)
+# a negative d speeds an all-reduce under compute up to this fraction of its factor's time, no more,
+# and a launch ratio is no lower: it keeps every factor positive, with room below the fastest
+# measured (about 0.7 of the factor, mobilenet_v2's 16 KiB buckets; ratios that reach it are a pass
+# faster than the model can make it, BENCHMARKS.md)
 CALL_FLOOR = 0.25
 
 
