@@ -2,62 +2,82 @@
 predicted again from its raw numbers with the fitted ``launch_factor_points`` and with ratio 1
 (e fitted alone to the pass with a bucket per gradient), error against the measured medians.
 
-    .venv/bin/python benchmarks/launch_ratio_check.py out/bench-o/500 out/bench-o/2000 ...
-(each argument a directory of `validate` runs, one folder per model, as validate_emulated.py writes).
+Run (from the repo, no cluster needed; each argument a directory of runs, one folder per model, as
+``benchmarks/validate_emulated.py`` writes them):
+    .venv/bin/python benchmarks/launch_ratio_check.py out/bench-o/500 out/bench-o/2000
 """
 
-import json, statistics, sys
+import json
+import statistics
+import sys
 from dataclasses import replace
 from pathlib import Path
-import commsched.runtime.validate as V
-from commsched.io import profile_from_json, plan_from_json
-from commsched.cost.cluster import cluster_from_json
-from commsched.planners import DDP
-from commsched.sim.contention import simulate_run
 
-def e_alone(probes, sem, profile, cost):
-    """e with ratio 1: the least e >= 0 with which the simulator ends compute of the pass with a bucket
-    per gradient when its median last gradient was ready (as :func:`launch_costs` fits it)."""
-    got = [s["launch_pass"] for s in probes if s.get("launch_pass")]
-    target = statistics.median(x[0] for x in got)
+from commsched.cost.cluster import cluster_from_json
+from commsched.io import load_profile, plan_from_json
+from commsched.planners import DDP
+from commsched.runtime.validate import anchors_of, contention_of, drifted, launch_costs, profile_steps_of, semantics_of
+from commsched.sim.contention import simulate_run
+from commsched.sim.timeline import ends_of_plan
+
+
+def e_alone(probes: list[dict], sem, profile, cost) -> float:
+    """e with ratio 1: the least e >= 0 with which the simulator ends compute of the pass with a
+    bucket per gradient when its median last gradient was ready, by bisection as
+    :func:`launch_costs` fits it (to a second at most)."""
+    target = statistics.median(p["launch_pass"][0] for p in probes if p.get("launch_pass"))
     ends = tuple(range(1, len(profile.tensors) + 1))
-    f = lambda e: simulate_run(profile, ends, cost, replace(sem, launch_compute_s=e)).compute_s - profile.forward_s
-    if f(0.0) >= target: return 0.0
+
+    def compute_end(e: float) -> float:
+        return simulate_run(profile, ends, cost, replace(sem, launch_compute_s=e)).compute_s - profile.forward_s
+
+    if compute_end(0.0) >= target:
+        return 0.0
     lo, hi = 0.0, 1e-4
-    while f(hi) < target and hi < 1.0: lo, hi = hi, hi * 2
-    for _ in range(30):
-        m = (lo + hi) / 2
-        lo, hi = (m, hi) if f(m) < target else (lo, m)
+    while compute_end(hi) < target:
+        if hi >= 1.0:
+            return 1.0
+        lo, hi = hi, min(1.0, hi * 2.0)
+    for _ in range(24):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if compute_end(mid) < target else (lo, mid)
     return hi
 
-allerr = {"fit": [], "ratio 1": []}
-if len(sys.argv) < 2:
-    sys.exit("usage: launch_ratio_check.py RUNS_DIR [RUNS_DIR ...]")
-for d in sys.argv[1:]:
-  for path in sorted(Path(d).iterdir()):
-    rep = json.loads((path / "validate.json").read_text())
-    order = profile_from_json(json.loads((path / "profile.json").read_text()))
-    raw = rep["raw"]["profile_steps"]
-    st = V.ProfileSteps(order, tuple(raw["forward_end_s"]), tuple(tuple(r) for r in raw["ready_s"]), tuple(raw["optimizer_s"]), tuple(raw.get("finalize_s", ())), tuple(raw.get("backward_unrecorded_s", ())))
-    probes = rep["raw"]["probes"]
-    contention = V.contention_of(probes, 200, rep["contention"]["threads"])
-    cluster = cluster_from_json(rep["cluster"])
-    plans = {n: plan_from_json(x, where=n) for n, x in rep["plans"].items()}
-    profile = st.profile()
-    ends = {n: V.ends_of_plan(profile, p) for n, p in plans.items()}
+
+def run_errors(root: Path) -> tuple[tuple, dict[str, dict[str, float]], dict[str, int]]:
+    """(the fitted points, {variant: {plan: pooled error}}, {plan: buckets}) of one stored run."""
+    report = json.loads((root / "validate.json").read_text())
+    steps = profile_steps_of(report, load_profile(root / "profile.json"))
+    profile = steps.profile()
+    probes = report["raw"]["probes"]
+    cluster = cluster_from_json(report["cluster"])
+    cost = drifted(cluster.allreduce, anchors_of(probes))  # the table of the rounds, as repredict
+    ends = {name: ends_of_plan(profile, plan_from_json(doc, where=name)) for name, doc in report["plans"].items()}
     ends["stock"] = DDP().ends(profile, cluster.allreduce)
-    meas = {n: statistics.median(r["steps_s"]) for n, r in rep["strategies"].items()}
-    meas["stock"] = statistics.median(rep["stock_ddp"]["steps_s"])
-    cost = V.drifted(cluster.allreduce, V.anchors_of(probes))
-    sem0 = V.semantics_of(contention, rep["backend"])
-    e, pts = V.launch_costs(probes, sem0, profile, cost, st.finalize())
-    e1 = e_alone(probes, sem0, profile, cost)
-    out = {}
-    for vn, sem in (("fit", replace(sem0, launch_compute_s=e, launch_factor_points=pts)), ("ratio 1", replace(sem0, launch_compute_s=e1))):
-        out[vn] = {n: simulate_run(profile, en, cost, sem).iteration_s / meas[n] - 1 for n, en in ends.items()}
-        allerr[vn] += [abs(x) for x in out[vn].values()]
-    print(f"{d.split('/')[-2]}/{d.split('/')[-1]}/{path.name} pts={[(b, round(r, 2)) for b, r in pts]}")
-    for n in out["fit"]:
-        print(f"   {n:>15} {len(ends[n]):4d} " + " ".join(f"{out[v][n]:+6.1%}" for v in out))
-for v, xs in allerr.items():
-    print(f"{v}: median {statistics.median(xs):.1%} worst {max(xs):.1%} n={len(xs)} over5 {sum(x > 0.05 for x in xs)}")
+    measured = {name: row["measured_s"] for name, row in report["strategies"].items()}
+    measured["stock"] = report["stock_ddp"]["measured_s"]
+    sem = semantics_of(contention_of(probes, 200, report["contention"]["threads"]), report["backend"])
+    e, points = launch_costs(probes, sem, profile, cost, steps.finalize())
+    variants = {"fit": replace(sem, launch_compute_s=e, launch_factor_points=points), "ratio 1": replace(sem, launch_compute_s=e_alone(probes, sem, profile, cost))}
+    errors = {v: {n: simulate_run(profile, en, cost, s).iteration_s / measured[n] - 1 for n, en in ends.items()} for v, s in variants.items()}
+    return points, errors, {n: len(en) for n, en in ends.items()}
+
+
+def main() -> None:
+    if len(sys.argv) < 2:
+        raise SystemExit(f"usage: {sys.argv[0]} RUNS_DIR [RUNS_DIR ...]")
+    pooled: dict[str, list[float]] = {"fit": [], "ratio 1": []}
+    for runs in map(Path, sys.argv[1:]):
+        for root in sorted(runs.iterdir()):
+            points, errors, buckets = run_errors(root)
+            print(f"{root} ratios {[(b, round(r, 2)) for b, r in points]}  (columns: fit, ratio 1)")
+            for name in errors["fit"]:
+                print(f"   {name:>15} {buckets[name]:4d} " + " ".join(f"{errors[v][name]:+6.1%}" for v in errors))
+            for v in pooled:
+                pooled[v] += [abs(x) for x in errors[v].values()]
+    for v, xs in pooled.items():
+        print(f"{v}: median {statistics.median(xs):.1%}, worst {max(xs):.1%}, {sum(x > 0.05 for x in xs)} of {len(xs)} rows over 5%")
+
+
+if __name__ == "__main__":
+    main()

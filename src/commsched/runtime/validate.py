@@ -1113,6 +1113,16 @@ def predictions(
     return rows, semantics, cost_in_rounds
 
 
+def profile_steps_of(report: dict, order: ModelProfile) -> ProfileSteps:
+    """The profile steps a ``validate.json`` kept raw, with ``order`` (its run's ``profile.json``)
+    for the tensors' names and bytes."""
+    raw = report["raw"]["profile_steps"]
+    return ProfileSteps(
+        order, tuple(raw["forward_end_s"]), tuple(tuple(r) for r in raw["ready_s"]), tuple(raw["optimizer_s"]),
+        tuple(raw.get("finalize_s", ())), tuple(raw.get("backward_unrecorded_s", ())),
+    )
+
+
 def repredict(report: dict, order: ModelProfile, resamples: int = 200) -> dict:
     """``report`` (a ``validate.json``) with its predictions made again by this code from the raw
     numbers it kept (profile steps, probes, the cost table, the plans, the measured steps); the
@@ -1123,11 +1133,7 @@ def repredict(report: dict, order: ModelProfile, resamples: int = 200) -> dict:
     from commsched.cost.cluster import cluster_from_json
     from commsched.io import plan_from_json
 
-    raw = report["raw"]["profile_steps"]
-    steps_table = ProfileSteps(
-        order, tuple(raw["forward_end_s"]), tuple(tuple(r) for r in raw["ready_s"]), tuple(raw["optimizer_s"]),
-        tuple(raw.get("finalize_s", ())), tuple(raw.get("backward_unrecorded_s", ())),
-    )
+    steps_table = profile_steps_of(report, order)
     probes = report["raw"]["probes"]
     threads = report["contention"]["threads"]
     contention = contention_of(probes, resamples, threads)
