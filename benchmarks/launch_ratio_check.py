@@ -2,6 +2,10 @@
 predicted again from its raw numbers with the fitted ``launch_factor_points`` and with ratio 1
 (e fitted alone to the pass with a bucket per gradient), error against the measured medians.
 
+It also prints the error of each fused plan's predicted ratio to stock DDP's defaults (the paired
+error, (1 + e) / (1 + e_stock) - 1, plans with fewer buckets than tensors), from which `optimal`'s
+min gain over stock DDP is set (``MIN_GAIN_OVER_DDP``: its 90th percentile, rounded up).
+
 Run (from the repo, no cluster needed; each argument a directory of runs, one folder per model, as
 ``benchmarks/validate_emulated.py`` writes them):
     .venv/bin/python benchmarks/launch_ratio_check.py out/bench-o/500 out/bench-o/2000
@@ -60,23 +64,28 @@ def run_errors(root: Path) -> tuple[tuple, dict[str, dict[str, float]], dict[str
     e, points = launch_costs(probes, sem, profile, cost, steps.finalize())
     variants = {"fit": replace(sem, launch_compute_s=e, launch_factor_points=points), "ratio 1": replace(sem, launch_compute_s=e_alone(probes, sem, profile, cost))}
     errors = {v: {n: simulate_run(profile, en, cost, s).iteration_s / measured[n] - 1 for n, en in ends.items()} for v, s in variants.items()}
-    return points, errors, {n: len(en) for n, en in ends.items()}
+    return points, errors, {n: len(en) for n, en in ends.items()}, len(profile.tensors)
 
 
 def main() -> None:
     if len(sys.argv) < 2:
         raise SystemExit(f"usage: {sys.argv[0]} RUNS_DIR [RUNS_DIR ...]")
     pooled: dict[str, list[float]] = {"fit": [], "ratio 1": []}
+    paired: list[float] = []  # fused plans' predicted ratio to stock DDP's defaults: its error
     for runs in map(Path, sys.argv[1:]):
         for root in sorted(runs.iterdir()):
-            points, errors, buckets = run_errors(root)
+            points, errors, buckets, tensors = run_errors(root)
             print(f"{root} ratios {[(b, round(r, 2)) for b, r in points]}  (columns: fit, ratio 1)")
             for name in errors["fit"]:
                 print(f"   {name:>15} {buckets[name]:4d} " + " ".join(f"{errors[v][name]:+6.1%}" for v in errors))
             for v in pooled:
                 pooled[v] += [abs(x) for x in errors[v].values()]
+            fit = errors["fit"]
+            paired += [abs((1 + fit[n]) / (1 + fit["stock"]) - 1) for n in fit if n != "stock" and buckets[n] < tensors]
     for v, xs in pooled.items():
         print(f"{v}: median {statistics.median(xs):.1%}, worst {max(xs):.1%}, {sum(x > 0.05 for x in xs)} of {len(xs)} rows over 5%")
+    p90 = statistics.quantiles(paired, n=10)[-1]
+    print(f"paired error of {len(paired)} fused plans against stock DDP (fit): median {statistics.median(paired):.1%}, 90th percentile {p90:.1%}, worst {max(paired):.1%}")
 
 
 if __name__ == "__main__":

@@ -29,21 +29,31 @@ class Comparison:
     cluster: ClusterSpec
     results: dict[str, StrategyResult]
     semantics: Semantics = NCCL
+    min_gain: float = 0.0  # what the best must be predicted to gain over stock DDP's default buckets
+    stock_buckets: tuple[tuple[str, ...], ...] = ()  # stock DDP's default buckets (names), as planned
 
     @property
     def best(self) -> str:
         """The fastest strategy; among ties (within 1e-9 relative), the one with the fewest buckets,
-        since each all-reduce costs a launch the model does not see; then the one listed first."""
+        since each all-reduce costs a launch the model does not see; then the one listed first.
+        With ``min_gain``, a strategy whose plan is stock DDP's default buckets (listed first among
+        them) unless the fastest is predicted at least that much faster than them, as
+        :class:`~commsched.planners.Optimal` keeps them."""
         fastest = min(r.timeline.iteration_s for r in self.results.values())
         tied = [k for k, r in self.results.items() if r.timeline.iteration_s <= fastest + 1e-9 * abs(fastest)]
-        return min(tied, key=lambda k: len(self.results[k].plan.buckets))
+        best = min(tied, key=lambda k: len(self.results[k].plan.buckets))
+        stock = [k for k, r in self.results.items() if tuple(b.tensors for b in r.plan.buckets) == self.stock_buckets]
+        if stock and self.results[best].speedup_vs_ddp < 1.0 / (1.0 - self.min_gain):
+            return stock[0]
+        return best
 
 
 def compare(profile: ModelProfile, cluster: ClusterSpec, planners: Sequence[Planner], semantics: Semantics = NCCL) -> Comparison:
     """Every planner's plan scored under ``semantics`` (the runtime that will run them); ``optimal``
     plans for those semantics."""
     cost, res = cluster.allreduce, cluster.resources
-    ddp_default = make_plan(DDP(), profile, cost, semantics, res).predicted
+    stock = make_plan(DDP(), profile, cost, semantics, res)
+    ddp_default = stock.predicted
     assert ddp_default is not None
     t_ddp = ddp_default.iteration_s
     results: dict[str, StrategyResult] = {}
@@ -57,4 +67,5 @@ def compare(profile: ModelProfile, cluster: ClusterSpec, planners: Sequence[Plan
             scaling_factor=(profile.compute_s + profile.optimizer_s) / timeline.iteration_s,
             speedup_vs_ddp=t_ddp / timeline.iteration_s,
         )
-    return Comparison(profile, cluster, results, semantics)
+    min_gain = max((p.min_gain for p in planners if isinstance(p, Optimal)), default=0.0)
+    return Comparison(profile, cluster, results, semantics, min_gain, tuple(b.tensors for b in stock.buckets))

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from commsched.cost.models import AlphaBeta
 from commsched.errors import CommschedError
-from commsched.planners import STRATEGIES, Optimal
+from commsched.planners import DDP, STRATEGIES, Optimal, planner_for
 from commsched.planners.optimal_contended import COARSE_TOLERANCE, _overlap_vertices, certified, contended_optimal_ends, front_search, transitions
 from commsched.sim.contention import simulate_contended, simulate_run
 from commsched.sim.semantics import Semantics
@@ -208,7 +208,38 @@ def test_ten_tensors_of_mixed_sizes():
     assert rel_close(got, brute_force(p, cost, 0.6, 0.1))
 
 
-@pytest.mark.parametrize("bad", [{"semantics": 0.5}, {"tolerance": float("nan")}, {"tolerance": True}, {"tolerance": -1.0}])
+@given(profiles(max_tensors=8), costs, slowdowns, backends, factor_tables, st.one_of(st.just(0.0), st.floats(0.0, 0.01)), st.floats(0.0, 0.5))
+def test_min_gain_keeps_stock_ddps_buckets_unless_it_is_predicted(profile, cost, cs, backend, table, launch, gain):
+    s = replace(sem(cs, 0.0, 0.0, backend, table), launch_compute_s=launch)
+    stock = DDP().ends(profile, cost)
+    t_stock = simulate_run(profile, stock, cost, s).iteration_s
+    got = Optimal(s, tolerance=0.0, min_gain=gain).ends(profile, cost)
+    best = Optimal(s, tolerance=0.0).ends(profile, cost)
+    t_best = simulate_run(profile, best, cost, s).iteration_s
+    # the plan found without a min gain, where it clears it; else stock DDP's default buckets
+    assert got == (best if t_best <= t_stock * (1 - gain) else stock)
+    assert planner_for("optimal", s, 0.0, gain).ends(profile, cost) == got
+
+
+def test_min_gain_decides_on_a_known_gain():
+    # three 1 MiB gradients ready at 10, 20 and 30 ms; an all-reduce costs 5 ms + 1 ms per MiB.
+    # Stock DDP closes its first bucket at 1 MiB and keeps the rest for 25 MiB: (1, 3), the last
+    # bucket (2 MiB) ending at 37 ms. A bucket per gradient ends at 36 ms: a gain of 1/37 (2.7%)
+    mib = 2**20
+    p = ModelProfile("m", 1, "d", "estimated", 0.0, tuple(TensorSpec(f"t{i}", mib, 0.01) for i in range(3)))
+    cost = AlphaBeta(0.005, 0.001 / mib)
+    assert DDP().ends(p, cost) == (1, 3)
+    assert simulate(p, (1, 3), cost).iteration_s == pytest.approx(0.037)
+    for gain in (0.0, 0.02, 0.027):
+        got = Optimal(min_gain=gain).ends(p, cost)
+        assert got != (1, 3) and simulate(p, got, cost).iteration_s == pytest.approx(0.036)
+    assert Optimal(min_gain=0.028).ends(p, cost) == (1, 3)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"semantics": 0.5}, {"tolerance": float("nan")}, {"tolerance": True}, {"tolerance": -1.0}, {"min_gain": 1.0}, {"min_gain": -0.1}, {"min_gain": float("nan")}, {"min_gain": True}],
+)
 def test_rejects_bad_arguments(bad):
     with pytest.raises(CommschedError):
         Optimal(**bad)
@@ -238,7 +269,7 @@ def test_never_worse_than_its_candidates_where_not_proven(profile, cost, cs, bac
     planner = Optimal(s, tolerance=0.0)
     got = simulate_run(profile, planner.ends(profile, cost), cost, s).iteration_s
     serial = Optimal(sem(cs, 0.0, 0.0, ("nccl", 1), table), tolerance=0.0).ends(profile, cost)
-    for e in (serial, Optimal().ends(profile, cost), (len(profile.tensors),)):
+    for e in (serial, Optimal().ends(profile, cost), (len(profile.tensors),), DDP().ends(profile, cost)):
         assert got <= simulate_run(profile, e, cost, s).iteration_s * (1 + 1e-12)
     assert planner.exact_for().startswith("not proven") == (not s.serial_equivalent or launch > 0)
 

@@ -29,6 +29,7 @@ EXPECTED_TENSORS = {
     "densenet201": 604,
     "inception_v3": 292,
     "mobilenet_v2": 158,
+    "convnext_tiny": 182,  # 18 blocks x 9 (depthwise conv 2, LayerNorm 2, two linears 4, layer scale 1) + stem 4 + downsampling 12 + head 4
     "vit_b_16": 152,
     "bert_base": 152,
     "bert_small": 56,  # 4 layers x 12 tensors + 2 embeddings + LayerNorm 2 + pooler 2 + classifier 2

@@ -17,6 +17,12 @@ import click
 from commsched.errors import CommschedError
 
 DEFAULT_MODEL = "resnet50"
+# the default is commsched.planners.MIN_GAIN_OVER_DDP (a test checks the text), read only when used:
+# the CLI imports nothing heavy at start-up
+MIN_GAIN_HELP = (
+    "optimal keeps stock DDP's default buckets unless its plan is predicted at least this fraction "
+    "faster than them (default 0.03: the prediction error measured on the emulated cluster; 0: the optimum)."
+)
 DEFAULT_BATCH = 32
 DEFAULT_DEVICE = "V100"
 
@@ -120,13 +126,21 @@ def _cluster(spec: str, workers: int | None, algorithm: str | None):
     return c
 
 
+def _min_gain(v: float | None) -> float | None:
+    if v is not None and not 0 <= v < 1:  # NaN too
+        raise CommschedError(f"--min-gain must be a fraction in [0, 1), got {v!r}")
+    return v
+
+
 def _planners(
-    names: Sequence[str], bucket_mb: float | None, hvd_threshold_mb: float | None, hvd_cycle_ms: float | None, resources: bool = False
+    names: Sequence[str], bucket_mb: float | None, hvd_threshold_mb: float | None, hvd_cycle_ms: float | None, resources: bool = False,
+    min_gain: float | None = None,
 ):
-    """The named planners (default: every strategy, and the resource ones on a cluster with ``resources``)."""
+    """The named planners (default: every strategy, and the resource ones on a cluster with ``resources``);
+    ``optimal`` with ``min_gain`` (None: :data:`~commsched.planners.MIN_GAIN_OVER_DDP`)."""
     from dataclasses import replace
 
-    from commsched.planners import DDP, RESOURCE_STRATEGIES, STRATEGIES, Horovod, planner
+    from commsched.planners import DDP, MIN_GAIN_OVER_DDP, RESOURCE_STRATEGIES, STRATEGIES, Horovod, Optimal, planner
     from commsched.planners.ddp import MIB, ddp_with_cap
 
     from commsched.types import MAX_BYTES, MAX_SECONDS
@@ -141,6 +155,8 @@ def _planners(
     for p in chosen:
         if isinstance(p, DDP) and bucket_mb is not None:
             p = replace(ddp_with_cap(bucket_mb), name=p.name)
+        if isinstance(p, Optimal):
+            p = replace(p, min_gain=MIN_GAIN_OVER_DDP if min_gain is None else min_gain)
         if isinstance(p, Horovod):
             if hvd_threshold_mb is not None:
                 p = replace(p, threshold_bytes=int(hvd_threshold_mb * MIB))
@@ -282,11 +298,12 @@ def _strategy_options(f):
     "--runtime", "runtime_spec", default="nccl", show_default=True,
     help="Execution semantics of the runtime that runs the plan: nccl, gloo, or a semantics JSON (validate writes one).",
 )
+@click.option("--min-gain", type=float, default=None, help=MIN_GAIN_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print {strategies, best} as one JSON document on stdout.")
 @click.option("--out", "out_dir", default=None, help="Directory for plan.json, ddp_options.json, trace.json, gantt.png (default out/).")
 def plan(
     profile_paths, models, batch_size, device, image_size, efficiency, dtype, cluster_spec, strategies, bucket_mb,
-    horovod_threshold_mb, horovod_cycle_ms, workers, algorithm, runtime_spec, as_json, out_dir,
+    horovod_threshold_mb, horovod_cycle_ms, workers, algorithm, runtime_spec, min_gain, as_json, out_dir,
 ) -> None:
     """Plan one model with every strategy; compare predicted iteration times; write the best plan."""
     from commsched.compare import compare
@@ -295,7 +312,7 @@ def plan(
     if len(profile_paths) + len(models) > 1:
         raise CommschedError("plan takes one model: give either one --profile or one --model")
     cluster = _cluster(cluster_spec, workers, algorithm)
-    planners = _planners(strategies, bucket_mb, horovod_threshold_mb, horovod_cycle_ms, cluster.resources is not None)
+    planners = _planners(strategies, bucket_mb, horovod_threshold_mb, horovod_cycle_ms, cluster.resources is not None, _min_gain(min_gain))
     device = device or cluster.device or DEFAULT_DEVICE
     profiles = _profiles(profile_paths, models or ([] if profile_paths else [DEFAULT_MODEL]), batch_size, device, image_size, efficiency, dtype)
     (prof,) = profiles.values()
@@ -359,6 +376,13 @@ def _print_comparison(cmp) -> None:
             f"{r.speedup_vs_ddp:.3f}x",
             *([_resources_short(r.plan, c.resources)] if c.resources is not None else []),
         )
+    t_best = cmp.results[best].timeline.iteration_s
+    if cmp.min_gain and any(r.timeline.iteration_s < t_best * (1 - 1e-9) for r in cmp.results.values()):
+        t.caption = (
+            f"{best}: stock DDP's default buckets are kept, no plan being predicted at least {cmp.min_gain:.0%} "
+            "faster than them (--min-gain: the error measured of such predictions)"
+        )
+        t.caption_justify = "left"
     Console(width=max(120, Console().width)).print(t)
 
 
@@ -459,7 +483,8 @@ def scale(
         c = cluster.with_algorithm(a) if a else cluster
         for n in workers:
             c.with_workers(n)
-    planners = _planners(strategies, bucket_mb, horovod_threshold_mb, horovod_cycle_ms)
+    # the optimum: scale compares what the model predicts; plan and validate write what is applied
+    planners = _planners(strategies, bucket_mb, horovod_threshold_mb, horovod_cycle_ms, min_gain=0.0)
     chooses = [p.name for p in planners if hasattr(p, "assign")]
     if chooses:
         raise CommschedError(
@@ -581,12 +606,15 @@ def emulate() -> None:
 @click.option("--rounds", default=12, show_default=True, type=int, help="Interleaved rounds (A B C ... A B C ...).")
 @click.option("--steps", default=2, show_default=True, type=int, help="Timed steps per strategy per round.")
 @click.option("--out", "out_dir", default="out/validate", show_default=True)
-def validate(model, batch_size, image_size, strategies, rounds, steps, out_dir) -> None:
+@click.option("--min-gain", type=float, default=None, help=MIN_GAIN_HELP)
+def validate(model, batch_size, image_size, strategies, rounds, steps, out_dir, min_gain) -> None:
     """Under torchrun: profile, benchmark, predict, then train every strategy and compare with measurement."""
     import os
+    from dataclasses import replace
 
     from commsched.planners import planner
 
+    _min_gain(min_gain)
     if "RANK" not in os.environ:
         raise CommschedError("validate runs one process per rank: torchrun --nproc_per_node=2 -m commsched validate ...")
     from commsched.types import MAX_STEPS
@@ -604,8 +632,10 @@ def validate(model, batch_size, image_size, strategies, rounds, steps, out_dir) 
     from commsched.runtime.validate import ValidationConfig, print_report, run
 
     cfg = ValidationConfig(model=model, batch_size=batch_size, image_size=image_size, rounds=rounds, steps=steps, out_dir=out_dir)
+    if min_gain is not None:
+        cfg = replace(cfg, min_gain=min_gain)  # the config checks it
     if names:
-        cfg = ValidationConfig(**{**cfg.__dict__, "strategies": tuple(names)})
+        cfg = replace(cfg, strategies=tuple(names))
     from commsched.runtime.lifecycle import end_process_group
 
     dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")

@@ -17,6 +17,7 @@ ZOO_MODELS: tuple[str, ...] = (
     "densenet201",
     "inception_v3",
     "mobilenet_v2",
+    "convnext_tiny",
     "vit_b_16",
     "bert_base",
     "bert_small",

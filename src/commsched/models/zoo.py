@@ -117,6 +117,7 @@ def _builders() -> Mapping[str, Callable[[], nn.Module]]:
         "densenet201": lambda: tv.densenet201(weights=None),
         "inception_v3": lambda: tv.inception_v3(weights=None, init_weights=True),
         "mobilenet_v2": lambda: tv.mobilenet_v2(weights=None),
+        "convnext_tiny": lambda: tv.convnext_tiny(weights=None),
         "vit_b_16": lambda: tv.vit_b_16(weights=None),
         "bert_base": BertBase,
         # The same shape, CPU-sized: 4 layers of 256 wide, 4 heads, 1024 feed-forward, 8192 tokens.

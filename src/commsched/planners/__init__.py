@@ -8,7 +8,7 @@ from commsched.planners.base import Planner, make_plan
 from commsched.planners.ddp import DDP
 from commsched.planners.horovod import Horovod, horovod_legacy
 from commsched.planners.mgwfbp import MGWFBP
-from commsched.planners.optimal import Optimal, optimal_ends
+from commsched.planners.optimal import MIN_GAIN_OVER_DDP, Optimal, optimal_ends
 from commsched.planners.libra import Libra
 from commsched.planners.resources import Joint, RSGrid, RSHeuristic
 from commsched.planners.simple import WFBP, SyncEASGD
@@ -32,14 +32,16 @@ def planner(name: str) -> Planner:
         raise CommschedError(f"unknown strategy {name!r}; choose from {', '.join(known)}") from None
 
 
-def planner_for(name: str, semantics: Semantics = NCCL, tolerance: float = 0.01) -> Planner:
-    """The named strategy, planning for ``semantics`` where it can: ``optimal`` does; the published
+def planner_for(name: str, semantics: Semantics = NCCL, tolerance: float = 0.01, min_gain: float = 0.0) -> Planner:
+    """The named strategy, planning for ``semantics`` where it can: ``optimal`` does (keeping stock
+    DDP's default buckets unless it predicts ``min_gain`` over them, :class:`Optimal`); the published
     strategies keep their own rules (they are scored under the semantics by :func:`make_plan`)."""
     p = planner(name)
-    return Optimal(semantics, tolerance=tolerance) if isinstance(p, Optimal) else p
+    return Optimal(semantics, tolerance=tolerance, min_gain=min_gain) if isinstance(p, Optimal) else p
 
 
 __all__ = [
+    "MIN_GAIN_OVER_DDP",
     "RESOURCE_STRATEGIES",
     "STRATEGIES",
     "Joint",

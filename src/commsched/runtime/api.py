@@ -19,7 +19,7 @@ from dataclasses import replace
 from commsched.cost.cluster import ClusterSpec, preset
 from commsched.errors import CommschedError
 from commsched.io import load_cluster
-from commsched.planners import make_plan, planner, planner_for
+from commsched.planners import MIN_GAIN_OVER_DDP, make_plan, planner, planner_for
 from commsched.sim.semantics import NCCL, Semantics
 from commsched.types import ModelProfile, Plan, TensorSpec
 
@@ -35,6 +35,7 @@ def plan_for(
     warmup: int = 3,
     find_unused_parameters: bool = False,
     semantics: Semantics | None = None,
+    min_gain: float = MIN_GAIN_OVER_DDP,
 ) -> Plan:
     """Measure ``model``'s profile here and plan it for ``cluster`` (a ClusterSpec, preset or file)
     and ``semantics`` (default: gloo's threads in a gloo process group, else NCCL's serial run).
@@ -42,6 +43,9 @@ def plan_for(
     In an initialised process group only rank 0 measures and plans, and every rank receives rank 0's
     plan, or rank 0's error: plans made from each rank's own timings could differ, and DataParallel
     refuses ranks that disagree.
+
+    ``optimal`` keeps stock DDP's default buckets unless its plan is predicted at least ``min_gain``
+    (a fraction) faster than them: the error measured of such predictions (:class:`Optimal`).
 
     Trainable parameters that got no gradient in the measured steps are an error naming them,
     unless ``find_unused_parameters=True`` (then train DDP with the same flag). DDP never rebuilds
@@ -67,7 +71,7 @@ def plan_for(
         try:
             profile = measure_profile(model, example_inputs, loss_fn, name=type(model).__name__, iters=iters, warmup=warmup)
             profile = with_unused_parameters(profile, model, find_unused_parameters)
-            plan = make_plan(planner_for(chosen.name, semantics), profile, spec.allreduce, semantics)
+            plan = make_plan(planner_for(chosen.name, semantics, min_gain=min_gain), profile, spec.allreduce, semantics)
         except Exception as e:  # noqa: BLE001 - every rank raises it: a rank left waiting for the plan would hang
             if not distributed:
                 raise

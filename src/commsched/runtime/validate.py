@@ -61,7 +61,7 @@ from commsched.cost.cluster import ClusterSpec
 from commsched.cost.models import Table
 from commsched.cost.fit import nondecreasing_points
 from commsched.errors import CommschedError
-from commsched.planners import DDP, STRATEGIES, WFBP, SyncEASGD, make_plan, planner_for
+from commsched.planners import DDP, MIN_GAIN_OVER_DDP, STRATEGIES, WFBP, Optimal, SyncEASGD, make_plan, planner_for
 from commsched.runtime.bench_comm import CommSamples
 from commsched.sim.contention import simulate_run
 from commsched.sim.semantics import CALL_FLOOR, GLOO_DEFAULT_THREADS, Semantics
@@ -110,8 +110,10 @@ class ValidationConfig:
     recorded_steps: int = 2  # recorded steps per variant after the rounds
     lr: float = 0.01
     out_dir: str = "out/validate"
+    min_gain: float = MIN_GAIN_OVER_DDP  # optimal keeps stock DDP's buckets below this predicted gain
 
     def __post_init__(self) -> None:
+        Optimal(min_gain=self.min_gain)  # the planner's check, before any work
         for what in ("batch_size", "rounds", "steps", "profile_iters", "probe_iters", "resamples", "chain_repeats", "recorded_steps"):
             v = getattr(self, what)
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 100_000:
@@ -931,7 +933,7 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
 
     say(f"4/5 planning every strategy for {_describe(sem_before)}")
     plans: dict[str, Plan] = {
-        name: make_plan(planner_for(name, sem_before), profile_before, cluster.allreduce, sem_before) for name in cfg.strategies
+        name: make_plan(planner_for(name, sem_before, min_gain=cfg.min_gain), profile_before, cluster.allreduce, sem_before) for name in cfg.strategies
     }
 
     say(f"5/5 training {len(cfg.strategies)} strategies + stock DDP, {cfg.rounds} interleaved rounds (with profile steps and probes)")
@@ -1012,6 +1014,7 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
         "backend": backend,
         "rounds": cfg.rounds,
         "steps_per_round": cfg.steps,
+        "min_gain": cfg.min_gain,  # what optimal was asked to predict over stock DDP's buckets
         "profile": _profile_summary(profile),
         "profile_before_run": _profile_summary(profile_before),
         "cluster": cluster.to_json(),  # as measured before the rounds (what the plans were made from)
