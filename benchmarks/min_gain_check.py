@@ -3,7 +3,8 @@ gain the planner predicted for `optimal` over stock DDP's defaults (both from th
 before the rounds, as the plans were made), the measured speedup with its 95% interval, and what a
 min gain G would have done: apply the plan (predicted gain at least G: t_stock / t_optimal >=
 1 / (1 - G)) or keep stock DDP's buckets (then measured by the run's `ddp` row: stock DDP's default
-buckets through caps).
+buckets through caps). A run made with min gain G decided itself: its `optimal` row is the choice
+(its predicted gain is then 0 where it kept stock DDP's buckets).
 
 Run (from the repo, no cluster needed; each argument a directory of runs, one folder per model, as
 ``benchmarks/validate_emulated.py`` writes them):
@@ -43,6 +44,8 @@ def main() -> None:
             opt = report["strategies"]["optimal"]
             gain, choice, row = decision(report, args.min_gain)
             asked = report.get("min_gain", 0.0)  # the run's own (0 before the option existed)
+            if asked == args.min_gain:  # the run made this choice itself: its optimal row measures it
+                choice, row = ("keep" if opt["buckets"] == report["stock_ddp"]["buckets"] and gain == 0 else "apply"), opt
             cell = f"{row['speedup_vs_stock_ddp']:.3f} [{row['speedup_ci95'][0]:.3f}, {row['speedup_ci95'][1]:.3f}]"
             lo, hi = opt["speedup_ci95"]
             print(f"| {root} | {opt['buckets']} | {gain:+.1%} | {opt['speedup_vs_stock_ddp']:.3f} [{lo:.3f}, {hi:.3f}] | {asked:g} | {choice} | {cell} |")

@@ -179,8 +179,8 @@ class Optimal:
     unless the best plan found is predicted at least that much faster than them under
     ``semantics``. A plan is worth applying only when its predicted gain clears the error of the
     prediction: the planner picks the plan whose prediction is the most favourable, so its error
-    leans that way (on the emulated cluster `optimal`'s predicted gain over stock DDP was 1.8-3.3%
-    too high in 4 of 17 runs, and one plan predicted 1.6% faster ran 0.4% slower). ``validate``,
+    leans that way (on the emulated cluster `optimal`'s predicted gain over stock DDP was too high
+    in 11 of 17 runs, by 1.8-3.3% in 4, and one plan predicted 1.6% faster ran 0.4% slower). ``validate``,
     ``plan_for`` and ``commsched plan`` use :data:`MIN_GAIN_OVER_DDP`; ``Optimal()`` is the optimum.
     """
 
