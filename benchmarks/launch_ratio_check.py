@@ -48,8 +48,8 @@ def e_alone(probes: list[dict], sem, profile, cost) -> float:
     return hi
 
 
-def run_errors(root: Path) -> tuple[tuple, dict[str, dict[str, float]], dict[str, int]]:
-    """(the fitted points, {variant: {plan: pooled error}}, {plan: buckets}) of one stored run."""
+def run_errors(root: Path) -> tuple[tuple, dict[str, dict[str, float]], dict[str, int], int]:
+    """(the fitted points, {variant: {plan: pooled error}}, {plan: buckets}, tensors) of one stored run."""
     report = json.loads((root / "validate.json").read_text())
     steps = profile_steps_of(report, load_profile(root / "profile.json"))
     profile = steps.profile()

@@ -42,15 +42,24 @@ class Comparison:
         fastest = min(r.timeline.iteration_s for r in self.results.values())
         tied = [k for k, r in self.results.items() if r.timeline.iteration_s <= fastest + 1e-9 * abs(fastest)]
         best = min(tied, key=lambda k: len(self.results[k].plan.buckets))
-        stock = [k for k, r in self.results.items() if tuple(b.tensors for b in r.plan.buckets) == self.stock_buckets]
+        if not self.min_gain:
+            return best
+        # stock DDP itself: its buckets with the library's default resources (not rs-grid's choice)
+        stock = [
+            k for k, r in self.results.items()
+            if tuple(b.tensors for b in r.plan.buckets) == self.stock_buckets and all(b.resources is None for b in r.plan.buckets)
+        ]
         if stock and self.results[best].speedup_vs_ddp < 1.0 / (1.0 - self.min_gain):
             return stock[0]
         return best
 
 
-def compare(profile: ModelProfile, cluster: ClusterSpec, planners: Sequence[Planner], semantics: Semantics = NCCL) -> Comparison:
+def compare(
+    profile: ModelProfile, cluster: ClusterSpec, planners: Sequence[Planner], semantics: Semantics = NCCL, min_gain: float = 0.0
+) -> Comparison:
     """Every planner's plan scored under ``semantics`` (the runtime that will run them); ``optimal``
-    plans for those semantics."""
+    plans for those semantics. ``min_gain``: what :attr:`Comparison.best` asks of a plan over stock
+    DDP's default buckets (``optimal`` takes its own, :class:`~commsched.planners.Optimal`)."""
     cost, res = cluster.allreduce, cluster.resources
     stock = make_plan(DDP(), profile, cost, semantics, res)
     ddp_default = stock.predicted
@@ -67,5 +76,4 @@ def compare(profile: ModelProfile, cluster: ClusterSpec, planners: Sequence[Plan
             scaling_factor=(profile.compute_s + profile.optimizer_s) / timeline.iteration_s,
             speedup_vs_ddp=t_ddp / timeline.iteration_s,
         )
-    min_gain = max((p.min_gain for p in planners if isinstance(p, Optimal)), default=0.0)
     return Comparison(profile, cluster, results, semantics, min_gain, tuple(b.tensors for b in stock.buckets))

@@ -95,6 +95,9 @@ def test_plan_keeps_stock_ddp_buckets_below_the_min_gain(tmp_path):
     doc = json.loads(r.stdout)
     opt, ddp = (doc["strategies"][k]["predicted"]["iteration_s"] for k in ("optimal", "ddp"))
     assert doc["best"] == "optimal" and 0.97 < opt / ddp < 1.0
+    # without optimal among the strategies the written plan follows the same rule
+    r = run("plan", "--model", "resnet50", "--cluster", "v100-10gbe", "--strategy", "ddp,horovod", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["best"] == "ddp", r.stderr
     for bad in ("1", "-0.1", "nan"):
         r = run(*args, "--min-gain", bad)
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--min-gain" in r.stderr, r.stderr

@@ -281,3 +281,4 @@ def test_a_concurrency_gain_is_not_claimed_exact():
     assert Optimal(Semantics("gloo", 2, 0.0, 0.5, under_compute=((16, 0.5), (1024, 1.2)))).exact_for().startswith("not proven")
     assert Optimal(Semantics("gloo", 2, 0.0, 0.5, under_compute=((16, 0.5), (1024, 0.5)))).exact_for() == "within 0.01 of the optimum"
     assert Optimal(Semantics("nccl", 1, 0.0, 0.5, under_compute=((16, 0.5), (1024, 1.2)))).exact_for() == "within 0.01 of the optimum"
+    assert Optimal(min_gain=0.03).exact_for() == "exact; stock DDP's default buckets unless 0.03 faster"

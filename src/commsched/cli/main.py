@@ -20,8 +20,9 @@ DEFAULT_MODEL = "resnet50"
 # the default is commsched.planners.MIN_GAIN_OVER_DDP (a test checks the text), read only when used:
 # the CLI imports nothing heavy at start-up
 MIN_GAIN_HELP = (
-    "optimal keeps stock DDP's default buckets unless its plan is predicted at least this fraction "
-    "faster than them (default 0.03: the prediction error measured on the emulated cluster; 0: the optimum)."
+    "optimal (and the best plan written) keeps stock DDP's default buckets unless a plan is predicted "
+    "at least this fraction faster than them: its iteration at most (1 - G) times theirs (default 0.03: "
+    "the prediction error measured on the emulated cluster; 0: the optimum)."
 )
 DEFAULT_BATCH = 32
 DEFAULT_DEVICE = "V100"
@@ -312,13 +313,16 @@ def plan(
     if len(profile_paths) + len(models) > 1:
         raise CommschedError("plan takes one model: give either one --profile or one --model")
     cluster = _cluster(cluster_spec, workers, algorithm)
-    planners = _planners(strategies, bucket_mb, horovod_threshold_mb, horovod_cycle_ms, cluster.resources is not None, _min_gain(min_gain))
+    from commsched.planners import MIN_GAIN_OVER_DDP
+
+    min_gain = MIN_GAIN_OVER_DDP if _min_gain(min_gain) is None else min_gain
+    planners = _planners(strategies, bucket_mb, horovod_threshold_mb, horovod_cycle_ms, cluster.resources is not None, min_gain)
     device = device or cluster.device or DEFAULT_DEVICE
     profiles = _profiles(profile_paths, models or ([] if profile_paths else [DEFAULT_MODEL]), batch_size, device, image_size, efficiency, dtype)
     (prof,) = profiles.values()
     from commsched.io import dumps
 
-    cmp = compare(prof, cluster, planners, _semantics(runtime_spec))
+    cmp = compare(prof, cluster, planners, _semantics(runtime_spec), min_gain)
     best = cmp.best
     doc = {"strategies": {k: plan_to_json(r.plan) for k, r in cmp.results.items()}, "best": best} if as_json else None
     text = dumps(doc, "plan --json", indent=2) if as_json else None
@@ -379,8 +383,8 @@ def _print_comparison(cmp) -> None:
     t_best = cmp.results[best].timeline.iteration_s
     if cmp.min_gain and any(r.timeline.iteration_s < t_best * (1 - 1e-9) for r in cmp.results.values()):
         t.caption = (
-            f"{best}: stock DDP's default buckets are kept, no plan being predicted at least {cmp.min_gain:.0%} "
-            "faster than them (--min-gain: the error measured of such predictions)"
+            f"{best}: stock DDP's default buckets are kept, no plan being predicted at least {cmp.min_gain:g} "
+            "faster than them (--min-gain)"
         )
         t.caption_justify = "left"
     Console(width=max(120, Console().width)).print(t)

@@ -45,7 +45,9 @@ def plan_for(
     refuses ranks that disagree.
 
     ``optimal`` keeps stock DDP's default buckets unless its plan is predicted at least ``min_gain``
-    (a fraction) faster than them: the error measured of such predictions (:class:`Optimal`).
+    (a fraction) faster than them: the error measured of such predictions (:class:`Optimal`). Not
+    with ``find_unused_parameters=True``: DDP then lays its default caps over the definition order,
+    a layout :class:`Optimal` does not compute, so the plan is the optimum.
 
     Trainable parameters that got no gradient in the measured steps are an error naming them,
     unless ``find_unused_parameters=True`` (then train DDP with the same flag). DDP never rebuilds
@@ -71,7 +73,8 @@ def plan_for(
         try:
             profile = measure_profile(model, example_inputs, loss_fn, name=type(model).__name__, iters=iters, warmup=warmup)
             profile = with_unused_parameters(profile, model, find_unused_parameters)
-            plan = make_plan(planner_for(chosen.name, semantics, min_gain=min_gain), profile, spec.allreduce, semantics)
+            gain = 0.0 if find_unused_parameters else min_gain  # no baseline there (above)
+            plan = make_plan(planner_for(chosen.name, semantics, min_gain=gain), profile, spec.allreduce, semantics)
         except Exception as e:  # noqa: BLE001 - every rank raises it: a rank left waiting for the plan would hang
             if not distributed:
                 raise
