@@ -127,21 +127,15 @@ def _cluster(spec: str, workers: int | None, algorithm: str | None):
     return c
 
 
-def _min_gain(v: float | None) -> float | None:
-    if v is not None and not 0 <= v < 1:  # NaN too
-        raise CommschedError(f"--min-gain must be a fraction in [0, 1), got {v!r}")
-    return v
-
-
 def _planners(
     names: Sequence[str], bucket_mb: float | None, hvd_threshold_mb: float | None, hvd_cycle_ms: float | None, resources: bool = False,
-    min_gain: float | None = None,
+    min_gain: float = 0.0,
 ):
     """The named planners (default: every strategy, and the resource ones on a cluster with ``resources``);
-    ``optimal`` with ``min_gain`` (None: :data:`~commsched.planners.MIN_GAIN_OVER_DDP`)."""
+    ``optimal`` with ``min_gain``."""
     from dataclasses import replace
 
-    from commsched.planners import DDP, MIN_GAIN_OVER_DDP, RESOURCE_STRATEGIES, STRATEGIES, Horovod, Optimal, planner
+    from commsched.planners import DDP, RESOURCE_STRATEGIES, STRATEGIES, Horovod, Optimal, planner
     from commsched.planners.ddp import MIB, ddp_with_cap
 
     from commsched.types import MAX_BYTES, MAX_SECONDS
@@ -157,7 +151,7 @@ def _planners(
         if isinstance(p, DDP) and bucket_mb is not None:
             p = replace(ddp_with_cap(bucket_mb), name=p.name)
         if isinstance(p, Optimal):
-            p = replace(p, min_gain=MIN_GAIN_OVER_DDP if min_gain is None else min_gain)
+            p = replace(p, min_gain=min_gain)
         if isinstance(p, Horovod):
             if hvd_threshold_mb is not None:
                 p = replace(p, threshold_bytes=int(hvd_threshold_mb * MIB))
@@ -314,8 +308,10 @@ def plan(
         raise CommschedError("plan takes one model: give either one --profile or one --model")
     cluster = _cluster(cluster_spec, workers, algorithm)
     from commsched.planners import MIN_GAIN_OVER_DDP
+    from commsched.planners.optimal import check_min_gain
 
-    min_gain = MIN_GAIN_OVER_DDP if _min_gain(min_gain) is None else min_gain
+    min_gain = MIN_GAIN_OVER_DDP if min_gain is None else min_gain
+    check_min_gain(min_gain, "--min-gain")
     planners = _planners(strategies, bucket_mb, horovod_threshold_mb, horovod_cycle_ms, cluster.resources is not None, min_gain)
     device = device or cluster.device or DEFAULT_DEVICE
     profiles = _profiles(profile_paths, models or ([] if profile_paths else [DEFAULT_MODEL]), batch_size, device, image_size, efficiency, dtype)
@@ -488,7 +484,7 @@ def scale(
         for n in workers:
             c.with_workers(n)
     # the optimum: scale compares what the model predicts; plan and validate write what is applied
-    planners = _planners(strategies, bucket_mb, horovod_threshold_mb, horovod_cycle_ms, min_gain=0.0)
+    planners = _planners(strategies, bucket_mb, horovod_threshold_mb, horovod_cycle_ms)
     chooses = [p.name for p in planners if hasattr(p, "assign")]
     if chooses:
         raise CommschedError(
@@ -617,8 +613,10 @@ def validate(model, batch_size, image_size, strategies, rounds, steps, out_dir, 
     from dataclasses import replace
 
     from commsched.planners import planner
+    from commsched.planners.optimal import check_min_gain
 
-    _min_gain(min_gain)
+    if min_gain is not None:
+        check_min_gain(min_gain, "--min-gain")
     if "RANK" not in os.environ:
         raise CommschedError("validate runs one process per rank: torchrun --nproc_per_node=2 -m commsched validate ...")
     from commsched.types import MAX_STEPS
@@ -637,7 +635,7 @@ def validate(model, batch_size, image_size, strategies, rounds, steps, out_dir, 
 
     cfg = ValidationConfig(model=model, batch_size=batch_size, image_size=image_size, rounds=rounds, steps=steps, out_dir=out_dir)
     if min_gain is not None:
-        cfg = replace(cfg, min_gain=min_gain)  # the config checks it
+        cfg = replace(cfg, min_gain=min_gain)
     if names:
         cfg = replace(cfg, strategies=tuple(names))
     from commsched.runtime.lifecycle import end_process_group

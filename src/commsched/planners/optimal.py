@@ -150,6 +150,11 @@ def _backtrack(choice: list[int], n: int) -> tuple[int, ...]:
     return tuple(reversed(ends))
 
 
+def check_min_gain(v: object, what: str = "min_gain") -> None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:  # NaN too
+        raise CommschedError(f"{what} must be a fraction in [0, 1), got {v!r}")
+
+
 def check_tolerance(v: object) -> None:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
         raise CommschedError(f"tolerance must be a finite number >= 0, got {v!r}")
@@ -194,9 +199,7 @@ class Optimal:
         if not isinstance(self.semantics, Semantics):
             raise CommschedError(f"semantics must be a Semantics, got {type(self.semantics).__name__}")
         check_tolerance(self.tolerance)
-        g = self.min_gain
-        if isinstance(g, bool) or not isinstance(g, (int, float)) or not 0 <= g < 1:
-            raise CommschedError(f"min_gain must be a fraction in [0, 1), got {g!r}")
+        check_min_gain(self.min_gain)
 
     def exact_for(self) -> str:
         """How the result relates to the optimum under ``semantics``."""

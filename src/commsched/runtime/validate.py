@@ -61,7 +61,8 @@ from commsched.cost.cluster import ClusterSpec
 from commsched.cost.models import Table
 from commsched.cost.fit import nondecreasing_points
 from commsched.errors import CommschedError
-from commsched.planners import DDP, MIN_GAIN_OVER_DDP, STRATEGIES, WFBP, Optimal, SyncEASGD, make_plan, planner_for
+from commsched.planners import DDP, MIN_GAIN_OVER_DDP, STRATEGIES, WFBP, SyncEASGD, make_plan, planner_for
+from commsched.planners.optimal import check_min_gain
 from commsched.runtime.bench_comm import CommSamples
 from commsched.sim.contention import simulate_run
 from commsched.sim.semantics import CALL_FLOOR, GLOO_DEFAULT_THREADS, Semantics
@@ -113,7 +114,7 @@ class ValidationConfig:
     min_gain: float = MIN_GAIN_OVER_DDP  # optimal keeps stock DDP's buckets below this predicted gain
 
     def __post_init__(self) -> None:
-        Optimal(min_gain=self.min_gain)  # the planner's check, before any work
+        check_min_gain(self.min_gain)
         for what in ("batch_size", "rounds", "steps", "profile_iters", "probe_iters", "resamples", "chain_repeats", "recorded_steps"):
             v = getattr(self, what)
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 100_000:
