@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from commsched.cost.cluster import ClusterSpec
 from commsched.cost.models import AlphaBeta
@@ -20,6 +22,7 @@ from commsched.runtime.validate import (
     mid_pass_planner,
     pass_ends,
     semantics_of,
+    unstalled,
 )
 from commsched.sim.contention import simulate_contended, simulate_run
 from commsched.sim.semantics import CALL_FLOOR, Semantics
@@ -330,6 +333,65 @@ def test_a_pass_faster_than_any_ratio_leaves_its_point_at_the_floor_and_the_othe
     assert got[0] == (16384, CALL_FLOOR)
     again = launch_pass_of(prof, cost, sem, got_e, got, ends=mid)
     assert again[1] == pytest.approx(samples[0]["launch_pass_mid"][1], rel=1e-4)
+
+
+def test_unstalled_drops_the_slow_group_of_a_bimodal_set_and_nothing_else():
+    # convnext_tiny's twelve mid passes at 500 Mbit/s (ms, 2026-11-26): three at the link's rate,
+    # nine about 100 ms later
+    stalled = [1930, 1939, 1946, 2015, 2026, 2036, 2043, 2045, 2047, 2057, 2062, 2078]
+    assert unstalled(stalled) == [1930, 1939, 1946]
+    # resnet50's at 2 Gbit/s: spread out, no second group beyond 4 standard deviations
+    spread = [602, 606, 611, 612, 612, 627, 647, 648, 658, 661, 699, 699]
+    assert unstalled(spread) == spread
+    # a gap of 4 sd that is under 2% of the median is noise, not a stall (values in seconds)
+    tight = [1.0, 1.0001, 1.0002, 1.01, 1.0101]
+    assert unstalled(tight) == tight
+    # too few to tell a fast group of three from the rest
+    assert unstalled([3.0, 1.0, 2.0]) == [1.0, 2.0, 3.0]
+    assert unstalled([]) == []
+
+
+@given(st.lists(st.floats(0.1, 10.0), min_size=0, max_size=30), st.floats(0.01, 100.0))
+def test_unstalled_is_a_sorted_prefix_that_keeps_at_least_three_and_ignores_units(xs, scale):
+    got = unstalled(xs)
+    assert got == sorted(xs)[: len(got)]
+    assert len(got) >= min(len(xs), 3)
+    # the split depends on the shape of the set only: the same passes in other units split alike
+    scaled = unstalled([x * scale for x in xs])
+    assert len(scaled) == len(got) or _near_the_edge(sorted(xs))
+
+
+def _near_the_edge(xs: list[float]) -> bool:
+    """Rounding can flip a split whose gap sits within a millionth of either threshold."""
+    import statistics
+
+    n = len(xs)
+    k = max(range(3, n), key=lambda i: i * (n - i) * (statistics.fmean(xs[i:]) - statistics.fmean(xs[:i])) ** 2)
+    gap = xs[k] - xs[k - 1]
+    return any(abs(gap - t) <= 1e-6 * max(1.0, t) for t in (4.0 * statistics.pstdev(xs[:k]), 0.02 * statistics.median(xs)))
+
+
+def test_launch_costs_fit_the_passes_that_did_not_stall():
+    # the two passes of the ratio-by-size test above, made by the simulator with e, r1 and r2;
+    # eight of twelve mid passes then stall 5% of the pass on the link: the fit finds r2 as if none
+    # had (with the plain median it would put the stall into r2, a rate under compute)
+    prof = ModelProfile(
+        "m", 1, "cpu", "measured", 0.05, tuple(TensorSpec(f"t{i}", 16384 if i % 2 else 65536, 0.001) for i in range(64)), optimizer_s=0.01
+    )
+    cost = AlphaBeta(3e-3, 5e-8)
+    sem = Semantics("gloo", 2, 0.0, 0.7, 0.0, 0.0, None, ((16384, 1.0),))
+    mid = pass_ends(mid_pass_planner(prof), prof)
+    points = ((16384, 0.8), (163840, 1.1))
+    first = launch_pass_of(prof, cost, sem, 1e-4, points)
+    clean = launch_pass_of(prof, cost, sem, 1e-4, points, ends=mid)
+    jitter = [0.0, 0.0005, 0.001, 0.0015] * 3
+    mids = [(clean[0], clean[1] * (1.05 if i >= 4 else 1.0) + jitter[i], clean[2]) for i in range(12)]
+    samples = [{"launch_pass": first, "launch_pass_mid": m} for m in mids]
+    _, got = launch_costs(samples, sem, prof, cost, 0.0)
+    # the median of the four that did not stall: 0.75 ms of jitter
+    _, exact = launch_costs([{"launch_pass": first, "launch_pass_mid": (clean[0], clean[1] + 0.00075, clean[2])}], sem, prof, cost, 0.0)
+    assert got[1][1] == pytest.approx(exact[1][1], abs=1e-4)
+    assert got[1][1] < 1.2  # the stall is not in it
 
 
 def test_measured_semantics_carry_the_fitted_launch_costs():

@@ -30,6 +30,12 @@ EXPECTED_TENSORS = {
     "inception_v3": 292,
     "mobilenet_v2": 158,
     "convnext_tiny": 182,  # 18 blocks x 9 (depthwise conv 2, LayerNorm 2, two linears 4, layer scale 1) + stem 4 + downsampling 12 + head 4
+    # stem 3 + the first MBConv (depthwise 3, squeeze-excitation 4, projection 3) 10 + 15 MBConv x 13
+    # (expansion 3 more) + head 3 + classifier 2
+    "efficientnet_b0": 213,
+    # 12 Swin blocks x 13 (LayerNorm 4, qkv and projection 4, relative position bias 1, MLP 4) + patch
+    # embedding 4 + three patch mergings x 3 + final norm 2 + head 2
+    "swin_t": 173,
     "vit_b_16": 152,
     "bert_base": 152,
     "bert_small": 56,  # 4 layers x 12 tensors + 2 embeddings + LayerNorm 2 + pooler 2 + classifier 2

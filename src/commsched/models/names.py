@@ -18,6 +18,8 @@ ZOO_MODELS: tuple[str, ...] = (
     "inception_v3",
     "mobilenet_v2",
     "convnext_tiny",
+    "efficientnet_b0",
+    "swin_t",
     "vit_b_16",
     "bert_base",
     "bert_small",

@@ -118,6 +118,8 @@ def _builders() -> Mapping[str, Callable[[], nn.Module]]:
         "inception_v3": lambda: tv.inception_v3(weights=None, init_weights=True),
         "mobilenet_v2": lambda: tv.mobilenet_v2(weights=None),
         "convnext_tiny": lambda: tv.convnext_tiny(weights=None),
+        "efficientnet_b0": lambda: tv.efficientnet_b0(weights=None),
+        "swin_t": lambda: tv.swin_t(weights=None),
         "vit_b_16": lambda: tv.vit_b_16(weights=None),
         "bert_base": BertBase,
         # The same shape, CPU-sized: 4 layers of 256 wide, 4 heads, 1024 feed-forward, 8192 tokens.
