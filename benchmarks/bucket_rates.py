@@ -5,8 +5,15 @@
 (densenet161, convnext_tiny) that ratio came out 1.23-1.29 at about 7 MiB, and stock DDP's 26 MiB
 buckets were then predicted 3-4% slow. This records, interleaved each round (every rank in
 lockstep), steps of stock DDP with its default buckets ("stock") and with the mid pass's buckets
-("mid"), each recorded by StepRecorder, and chains of all-reduces alone at two sizes (the cost
-table's measure), and reports per variant, as medians over rounds of rank 0's records:
+("mid"; "mid-bar" with a barrier before the step), each recorded by StepRecorder; validate's
+launch pass with the mid pass's buckets ("pass": barrier, forward, backward, unrecorded, the
+slowest rank's times) and the same pass without the barrier ("pass-free"; "pass-bar",
+"pass-gather" and "pass-bar-gather" add validate's barrier and its gather of the times back,
+rank 0's times); and chains of all-reduces alone at two sizes (the cost table's measure). An
+optional fifth argument lists the kinds to run (default: stock, mid, mid-bar, pass, pass-free;
+the chains always run). Around each step it reads this rank's TCP counters in its network
+namespace (retransmitted segments, timeouts, loss probes, fast retransmits). It reports per
+variant, as medians over rounds of rank 0's records:
 
 - forward and backward end (the last gradient ready), the first launch and the last all-reduce's end;
 - the all-reduces' execution (gloo's FIFO queue on its worker threads: a bucket starts when it is
@@ -189,7 +196,7 @@ def main() -> None:
         nb = everyone[0][kind][0][4]
         print(f"{kind:6s} {len(nb):3d} {statistics.median(nb) / MIB:10.1f} " + " ".join(f"{v * (1e3 if i < 10 else 1):9.{1 if i < 10 else 3}f}" for i, v in enumerate(med)))
     ends = {k: [r[5] - r[0] if not k.startswith("pass") else r[1] for r in everyone[0][k]] for k in kinds if not k.startswith("chain")}
-    print("from the end of forward to the gradients back (pass: backward()'s return, the slowest rank's), ms: "
+    print("from the end of forward to the gradients back (pass: backward()'s return, the slowest rank's; pass-*: rank 0's), ms: "
           + ", ".join(f"{k} {statistics.median(v) * 1e3:.1f} [{min(v) * 1e3:.1f}, {max(v) * 1e3:.1f}]" for k, v in ends.items()))
     for k, v in ends.items():
         tcp = [r[-1] for r in everyone[0][k]]

@@ -21,7 +21,8 @@ with its defaults. Every rank, in lockstep:
    backward passes of stock DDP, one with a bucket per gradient and one with about
    ``MID_PASS_BUCKETS`` buckets: what launching a bucket from the backward pass costs compute
    (``launch_compute_s``) and by what ratio the buckets' factor under compute differs from the
-   chains', by size (``launch_factor_points``), fitted by :func:`launch_costs`;
+   chains', by size (``launch_factor_points``), fitted by :func:`launch_costs` to the passes
+   that did not stall on the link (:func:`unstalled`);
 4. scores every strategy under those semantics; ``optimal`` plans for them (to within 1% of the
    serial run's optimum without launch costs, then the best of that, the plain optimum and one
    bucket under the measured semantics: :class:`~commsched.planners.Optimal`);
@@ -316,24 +317,26 @@ STALL_MIN_CLEAN = 3
 def unstalled(ends_s: list[float]) -> list[float]:
     """``ends_s`` sorted, without the passes that stalled on the link: when the values fall into a
     fast group and a slow one (the split of largest between-group variance, Otsu's, with at least
-    ``STALL_MIN_CLEAN`` in the fast group) separated by a gap of at least ``STALL_SEPARATION``
-    standard deviations of the fast group and ``STALL_MIN_GAP`` of the median, the fast group;
-    otherwise all of them.
+    ``STALL_MIN_CLEAN`` values in the fast group) separated by a gap of at least
+    ``STALL_SEPARATION`` standard deviations of the fast group and ``STALL_MIN_GAP`` of the median,
+    the fast group; otherwise all of them. Values as given: the probes hold each pass once per rank
+    (every rank keeps the same slowest-rank times), so on two ranks three values can be two passes;
+    a bootstrap's repeated draws count as often as drawn.
 
     Why: on the emulated cluster at 500 Mbit/s a pass or a step of stock DDP moving about 110 MiB
     either ran at the link's rate or took about 100 ms (5%) longer, the slow ones mostly with TCP
-    retransmissions in the rank's counters, at a share that changed from minute to minute (10-75%
-    of a variant's steps, whatever its buckets or a barrier before it; ``benchmarks/bucket_rates.py``,
-    BENCHMARKS.md). The launch ratio is a rate under compute: fitted to the median of passes most
-    of which had stalled, it came out 1.23-1.29 where the unstalled passes give 0.93-0.96, and
-    stock DDP's buckets, which the stalls had spared in those rounds, were predicted 3-4% slow."""
+    retransmissions in the rank's counters, at a share that changed from run to run (10-75% of a
+    variant's steps, whatever its buckets; ``benchmarks/bucket_rates.py``, BENCHMARKS.md). The
+    launch ratio is a rate under compute: fitted to the median of passes most of which had stalled,
+    it came out 1.23-1.29 where the unstalled passes give 0.93-0.96, and stock DDP's buckets, which
+    the stalls had mostly spared in those rounds, were predicted 3-4% slow."""
     xs = sorted(ends_s)
     n = len(xs)
     if n <= STALL_MIN_CLEAN:
         return xs
     k = max(range(STALL_MIN_CLEAN, n), key=lambda i: i * (n - i) * (statistics.fmean(xs[i:]) - statistics.fmean(xs[:i])) ** 2)
     gap = xs[k] - xs[k - 1]
-    if gap >= STALL_SEPARATION * statistics.pstdev(xs[:k]) and gap >= STALL_MIN_GAP * statistics.median(xs):
+    if gap > 0 and gap >= STALL_SEPARATION * statistics.pstdev(xs[:k]) and gap >= STALL_MIN_GAP * statistics.median(xs):
         return xs[:k]
     return xs
 
