@@ -48,8 +48,10 @@ def e_alone(probes: list[dict], sem, profile, cost) -> float:
     return hi
 
 
-def run_errors(root: Path) -> tuple[tuple, dict[str, dict[str, float]], dict[str, int], int]:
-    """(the fitted points, {variant: {plan: pooled error}}, {plan: buckets}, tensors) of one stored run."""
+def load_run(root: Path):
+    """One stored run's numbers for predicting again: (probes, profile, the rounds' cost table,
+    {plan: bucket ends} with stock DDP's as "stock", {plan: measured median}, the semantics before
+    the launch costs, DDP's finalize time)."""
     report = json.loads((root / "validate.json").read_text())
     steps = profile_steps_of(report, load_profile(root / "profile.json"))
     profile = steps.profile()
@@ -61,7 +63,13 @@ def run_errors(root: Path) -> tuple[tuple, dict[str, dict[str, float]], dict[str
     measured = {name: row["measured_s"] for name, row in report["strategies"].items()}
     measured["stock"] = report["stock_ddp"]["measured_s"]
     sem = semantics_of(contention_of(probes, 200, report["contention"]["threads"]), report["backend"])
-    e, points = launch_costs(probes, sem, profile, cost, steps.finalize())
+    return probes, profile, cost, ends, measured, sem, steps.finalize()
+
+
+def run_errors(root: Path) -> tuple[tuple, dict[str, dict[str, float]], dict[str, int], int]:
+    """(the fitted points, {variant: {plan: pooled error}}, {plan: buckets}, tensors) of one stored run."""
+    probes, profile, cost, ends, measured, sem, finalize_s = load_run(root)
+    e, points = launch_costs(probes, sem, profile, cost, finalize_s)
     variants = {"fit": replace(sem, launch_compute_s=e, launch_factor_points=points), "ratio 1": replace(sem, launch_compute_s=e_alone(probes, sem, profile, cost))}
     errors = {v: {n: simulate_run(profile, en, cost, s).iteration_s / measured[n] - 1 for n, en in ends.items()} for v, s in variants.items()}
     return points, errors, {n: len(en) for n, en in ends.items()}, len(profile.tensors)

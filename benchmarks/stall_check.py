@@ -15,35 +15,23 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from launch_ratio_check import load_run
+
 import commsched.runtime.validate as validate
-from commsched.cost.cluster import cluster_from_json
-from commsched.io import load_profile, plan_from_json
-from commsched.planners import DDP
-from commsched.runtime.validate import anchors_of, contention_of, drifted, launch_costs, profile_steps_of, semantics_of, unstalled
+from commsched.runtime.validate import launch_costs, unstalled
 from commsched.sim.contention import simulate_run
-from commsched.sim.timeline import ends_of_plan
 
 RULES = {"unstalled": validate.STALL_SEPARATION, "all passes": float("inf")}
 
 
 def run_errors(root: Path) -> dict[str, tuple[tuple, dict[str, float]]]:
     """Per rule: (the fitted ratio points, {plan: pooled error}) of one stored run."""
-    report = json.loads((root / "validate.json").read_text())
-    steps = profile_steps_of(report, load_profile(root / "profile.json"))
-    profile = steps.profile()
-    probes = report["raw"]["probes"]
-    cluster = cluster_from_json(report["cluster"])
-    cost = drifted(cluster.allreduce, anchors_of(probes))  # the table of the rounds, as repredict
-    ends = {name: ends_of_plan(profile, plan_from_json(doc, where=name)) for name, doc in report["plans"].items()}
-    ends["stock"] = DDP().ends(profile, cluster.allreduce)
-    measured = {name: row["measured_s"] for name, row in report["strategies"].items()}
-    measured["stock"] = report["stock_ddp"]["measured_s"]
-    sem = semantics_of(contention_of(probes, 200, report["contention"]["threads"]), report["backend"])
+    probes, profile, cost, ends, measured, sem, finalize_s = load_run(root)
     out = {}
     for rule, separation in RULES.items():
         validate.STALL_SEPARATION = separation
         try:
-            e, points = launch_costs(probes, sem, profile, cost, steps.finalize())
+            e, points = launch_costs(probes, sem, profile, cost, finalize_s)
         finally:
             validate.STALL_SEPARATION = RULES["unstalled"]
         fitted = replace(sem, launch_compute_s=e, launch_factor_points=points)

@@ -289,6 +289,17 @@ def test_launch_costs_e_is_never_negative_the_ratio_no_lower_than_its_floor_and_
     assert launch_costs([{"backward_s": 1.0}], sem, prof, cost, 0.0) == (0.0, ())  # probes from before it was measured
 
 
+def two_size_passes():
+    """64 tensors of 16 KiB then 64 KiB alternately, 1 ms of backward each; all-reduce 3 ms + 50 ns/B
+    alone, x1 under compute, gloo's two threads, compute at 1 / 1.7 beside them; and the mid pass's
+    bucket ends: (profile, cost, semantics, mid ends)."""
+    prof = ModelProfile(
+        "m", 1, "cpu", "measured", 0.05, tuple(TensorSpec(f"t{i}", 16384 if i % 2 else 65536, 0.001) for i in range(64)), optimizer_s=0.01
+    )
+    sem = Semantics("gloo", 2, 0.0, 0.7, 0.0, 0.0, None, ((16384, 1.0),))
+    return prof, AlphaBeta(3e-3, 5e-8), sem, pass_ends(mid_pass_planner(prof), prof)
+
+
 @pytest.mark.parametrize(("e", "r1", "r2"), [(0.0, 0.7, 1.0), (1e-4, 0.6, 1.3), (2e-4, 1.2, 0.8), (0.0, 1.0, 1.0)])
 def test_launch_costs_recover_the_ratio_by_size_from_the_two_passes(e, r1, r2):
     # 64 tensors of 16 KiB then 64 KiB alternately, 1 ms of backward each; all-reduce 3 ms + 50 ns/B
@@ -296,12 +307,7 @@ def test_launch_costs_recover_the_ratio_by_size_from_the_two_passes(e, r1, r2):
     # both passes queue (where they keep up with compute, the ratio and e cannot be told apart). The
     # first pass (a bucket per gradient, median 16 KiB) and the mid pass (16 buckets of 160 KiB)
     # made by the simulator with ratio 16 KiB -> r1, 160 KiB -> r2: the fit finds e, r1 and r2 again
-    prof = ModelProfile(
-        "m", 1, "cpu", "measured", 0.05, tuple(TensorSpec(f"t{i}", 16384 if i % 2 else 65536, 0.001) for i in range(64)), optimizer_s=0.01
-    )
-    cost = AlphaBeta(3e-3, 5e-8)
-    sem = Semantics("gloo", 2, 0.0, 0.7, 0.0, 0.0, None, ((16384, 1.0),))
-    mid = pass_ends(mid_pass_planner(prof), prof)
+    prof, cost, sem, mid = two_size_passes()
     assert len(mid) == MID_PASS_BUCKETS
     points = ((16384, r1), (163840, r2))
     samples = [{"launch_pass": launch_pass_of(prof, cost, sem, e, points), "launch_pass_mid": launch_pass_of(prof, cost, sem, e, points, ends=mid)}] * 3
@@ -322,12 +328,7 @@ def test_a_pass_faster_than_any_ratio_leaves_its_point_at_the_floor_and_the_othe
     # make it (its all-reduces drained faster after compute than the table says, as stock DDP's
     # buckets of one gradient each did at 500 Mbit/s): r1 stops at the floor, and the mid pass,
     # made with ratio 1, is still met (its own buckets take some of r1 between the points)
-    prof = ModelProfile(
-        "m", 1, "cpu", "measured", 0.05, tuple(TensorSpec(f"t{i}", 16384 if i % 2 else 65536, 0.001) for i in range(64)), optimizer_s=0.01
-    )
-    cost = AlphaBeta(3e-3, 5e-8)
-    sem = Semantics("gloo", 2, 0.0, 0.7, 0.0, 0.0, None, ((16384, 1.0),))
-    mid = pass_ends(mid_pass_planner(prof), prof)
+    prof, cost, sem, mid = two_size_passes()
     first = launch_pass_of(prof, cost, sem, 0.0)
     samples = [{"launch_pass": (first[0], first[1] * 0.7, first[2]), "launch_pass_mid": launch_pass_of(prof, cost, sem, 0.0, ends=mid)}]
     got_e, got = launch_costs(samples, sem, prof, cost, 0.0)
@@ -370,12 +371,7 @@ def test_launch_costs_fit_the_passes_that_did_not_stall():
     # the two passes of the ratio-by-size test above, made by the simulator with e, r1 and r2;
     # eight of twelve mid passes then stall 5% of the pass on the link: the fit finds r2 as if none
     # had (with the plain median it would put the stall into r2, a rate under compute)
-    prof = ModelProfile(
-        "m", 1, "cpu", "measured", 0.05, tuple(TensorSpec(f"t{i}", 16384 if i % 2 else 65536, 0.001) for i in range(64)), optimizer_s=0.01
-    )
-    cost = AlphaBeta(3e-3, 5e-8)
-    sem = Semantics("gloo", 2, 0.0, 0.7, 0.0, 0.0, None, ((16384, 1.0),))
-    mid = pass_ends(mid_pass_planner(prof), prof)
+    prof, cost, sem, mid = two_size_passes()
     points = ((16384, 0.8), (163840, 1.1))
     first = launch_pass_of(prof, cost, sem, 1e-4, points)
     clean = launch_pass_of(prof, cost, sem, 1e-4, points, ends=mid)
