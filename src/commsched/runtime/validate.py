@@ -306,8 +306,8 @@ class _LaunchSteps:
 
 # a launch pass "stalled" when it sits in a slow group of passes set apart from the fast group by a
 # gap of at least STALL_SEPARATION population standard deviations of the fast group and
-# STALL_MIN_GAP of the median pass, the fast group holding at least STALL_MIN_CLEAN passes
-# (:func:`unstalled`; the numbers and their test on the stored runs: BENCHMARKS.md, "Launch passes
+# STALL_MIN_GAP of the median pass, the fast group holding at least STALL_MIN_CLEAN values (each
+# pass once per rank in the probes) (:func:`unstalled`; the numbers and their test on the stored runs: BENCHMARKS.md, "Launch passes
 # that stall on the link")
 STALL_SEPARATION = 4.0
 STALL_MIN_GAP = 0.02
@@ -355,8 +355,9 @@ def launch_costs(
     The values are those with which the simulator, under ``semantics`` (its other numbers), on
     ``profile`` with ``cost`` (the cost table of the same minutes) and each pass's buckets, ends
     compute when the first pass's median last gradient was ready (e: compute work per bucket
-    launched) and each pass's last all-reduce when its median ``backward()`` returned among the
-    passes that did not stall on the link (:func:`unstalled`), less ``finalize_s`` (DDP copying the gradients back, measured in the profile steps) (r). e is the
+    launched; every pass counts) and each pass's last all-reduce when its median ``backward()``
+    returned among the passes that did not stall on the link (:func:`unstalled`), less
+    ``finalize_s`` (DDP copying the gradients back, measured in the profile steps) (r). e is the
     least value >= 0 that reaches its target (0 when none is needed, at most a second), each r the
     least in [``CALL_FLOOR``, 64] (a pass that ends sooner than its floor allows is left that much
     short: at 500 Mbit/s the pass with a bucket per gradient ended 6-9.5% sooner than the simulator
