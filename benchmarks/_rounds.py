@@ -34,3 +34,20 @@ def setup(argv: list[str]):
     torch.manual_seed(0)
     model = build_model(name)
     return name, batch, image, rounds, model, example_input(name, batch, image)
+
+
+def stock_ddp(model, planner, order):
+    """(stock DDP over a copy of ``model`` with ``planner``'s buckets for the profile ``order``
+    (through ``ddp_options``), its SGD optimizer): what the scripts time as a training step."""
+    import copy
+
+    import torch
+    from torch.nn.parallel import DistributedDataParallel
+
+    from commsched.cost.models import Table
+    from commsched.planners import make_plan
+    from commsched.runtime.ddp import ddp_options
+
+    m = copy.deepcopy(model)
+    ddp = DistributedDataParallel(m, **ddp_options(make_plan(planner, order, Table((1, 2), (1.0, 1.0))), m))
+    return ddp, torch.optim.SGD([p for p in m.parameters() if p.requires_grad], lr=1e-3, momentum=0.9)

@@ -31,22 +31,18 @@ Run (as root, from the repo):
 
 from __future__ import annotations
 
-import copy
 import statistics
 import sys
 import time
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
 
-from _rounds import interleaved, setup
+from _rounds import interleaved, setup, stock_ddp
 
-from commsched.cost.models import Table
 from commsched.models.zoo import training_loss
-from commsched.planners import DDP, make_plan
+from commsched.planners import DDP
 from commsched.profile.measure import measure_profile
-from commsched.runtime.ddp import ddp_options
 from commsched.runtime.lifecycle import end_process_group
 from commsched.runtime.record import StepRecorder
 from commsched.runtime.validate import _LaunchSteps, mid_pass_planner
@@ -85,7 +81,6 @@ def split(starts: list[float], ends: list[float], nbytes: list[int], cut: float)
     """(time something ran before ``cut``, bytes done before it, time after, bytes after), each bucket's
     bytes progressing at an even share of the link among what is in flight."""
     events = sorted({*starts, *ends, cut})
-    done = [0.0] * len(starts)
     busy = [0.0, 0.0]
     moved = [0.0, 0.0]
     for a, b in zip(events, events[1:]):
@@ -95,9 +90,7 @@ def split(starts: list[float], ends: list[float], nbytes: list[int], cut: float)
         side = 0 if b <= cut else 1
         busy[side] += b - a
         for j in running:  # each bucket's own pace: its bytes over its whole execution
-            share = nbytes[j] * (b - a) / (ends[j] - starts[j])
-            moved[side] += share
-            done[j] += share
+            moved[side] += nbytes[j] * (b - a) / (ends[j] - starts[j])
     return busy[0], moved[0], busy[1], moved[1]
 
 
@@ -108,18 +101,16 @@ def main() -> None:
         return training_loss(name, out)
 
     order = measure_profile(model, inputs, loss_fn, name=name, batch_size=batch, warmup=1, iters=2)
-    unit = Table((1, 2), (1.0, 1.0))
+    mid = mid_pass_planner(order)
     runs = {}
-    for kind, planner in (("stock", DDP()), ("mid", mid_pass_planner(order))):
-        m = copy.deepcopy(model)
-        ddp = DistributedDataParallel(m, **ddp_options(make_plan(planner, order, unit), m))
-        opt = torch.optim.SGD([p for p in m.parameters() if p.requires_grad], lr=1e-3, momentum=0.9)
+    for kind, planner in (("stock", DDP()), ("mid", mid)):
+        ddp, opt = stock_ddp(model, planner, order)
         runs[kind] = (ddp, opt, StepRecorder(ddp, order=order.names))
     bufs = {s: [torch.ones(s // 4) for _ in range(2)] for s in CHAIN_SIZES}
     # validate's launch pass with the mid pass's buckets (barrier, forward, backward; unrecorded)
-    launch_pass = _LaunchSteps(order, model, inputs, loss_fn, mid_pass_planner(order))
+    launch_pass = _LaunchSteps(order, model, inputs, loss_fn, mid)
     # the same pass without the barrier before it (as a training step runs)
-    free_pass = _LaunchSteps(order, model, inputs, loss_fn, mid_pass_planner(order))
+    free_pass = _LaunchSteps(order, model, inputs, loss_fn, mid)
 
     def pass_without_barrier(barrier: bool = False, gather: bool = False) -> tuple[float, float, int]:
         free_pass.ddp.zero_grad(set_to_none=True)
@@ -130,9 +121,8 @@ def main() -> None:
         loss_fn(free_pass.ddp(*inputs)).backward()
         done = time.perf_counter()
         fwd, last = free_pass.stamps.since(t0)
-        if gather:
-            got = [None] * dist.get_world_size()
-            dist.all_gather_object(got, (fwd, last))
+        if gather:  # validate's gather of the times, for its traffic: the times kept are this rank's
+            dist.all_gather_object([None] * dist.get_world_size(), (fwd, last))
         return last - fwd, done - t0 - fwd, 0
 
     def timed(kind: str) -> tuple:

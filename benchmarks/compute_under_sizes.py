@@ -35,15 +35,12 @@ import time
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
 
-from _rounds import interleaved, setup
+from _rounds import interleaved, setup, stock_ddp
 
-from commsched.cost.models import Table
 from commsched.models.zoo import training_loss
-from commsched.planners import DDP, SyncEASGD, make_plan
+from commsched.planners import DDP, SyncEASGD
 from commsched.profile.measure import measure_profile
-from commsched.runtime.ddp import ddp_options
 from commsched.runtime.lifecycle import end_process_group
 from commsched.runtime.record import StepRecorder, union_of
 
@@ -65,15 +62,12 @@ def main() -> None:
     sets = {"long": [torch.zeros(long_bytes // 4)]}
     for s in SIZES:
         sets[f"chain-{s // MIB}"] = [torch.zeros(s // 4) for _ in range(max(1, long_bytes // s))]
-    unit = Table((1, 2), (1.0, 1.0))
     steps = {}
     for kind, planner in (("ddp1", SyncEASGD()), ("ddp", DDP()), ("ddp-rec", DDP())):
-        m = copy.deepcopy(model)
-        ddp = DistributedDataParallel(m, **ddp_options(make_plan(planner, order, unit), m))
-        opt = torch.optim.SGD([p for p in m.parameters() if p.requires_grad], lr=1e-3, momentum=0.9)
+        ddp, opt = stock_ddp(model, planner, order)
         stamp = {"forward": 0.0, "ready": 0.0}
         ddp.register_forward_hook(lambda *_, s=stamp: s.__setitem__("forward", time.perf_counter()))
-        for p in m.parameters():
+        for p in ddp.module.parameters():
             p.register_post_accumulate_grad_hook(lambda _p, s=stamp: s.__setitem__("ready", time.perf_counter()))
         steps[kind] = (ddp, opt, stamp, StepRecorder(ddp, order=order.names) if kind == "ddp-rec" else None)
 

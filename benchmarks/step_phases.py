@@ -21,22 +21,17 @@ Run (as root, from the repo):
 
 from __future__ import annotations
 
-import copy
 import statistics
 import sys
 import time
 
-import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
 
-from _rounds import interleaved, setup
+from _rounds import interleaved, setup, stock_ddp
 
-from commsched.cost.models import Table
 from commsched.models.zoo import training_loss
-from commsched.planners import WFBP, SyncEASGD, make_plan
+from commsched.planners import WFBP, SyncEASGD
 from commsched.profile.measure import measure_profile
-from commsched.runtime.ddp import ddp_options
 from commsched.runtime.lifecycle import end_process_group
 
 KINDS = ["one", "wfbp", "wfbp-bar", "pass"]
@@ -50,12 +45,9 @@ def main() -> None:
         return training_loss(name, out)
 
     order = measure_profile(model, inputs, loss_fn, name=name, batch_size=batch, warmup=1, iters=2)
-    unit = Table((1, 2), (1.0, 1.0))
     runs = {}
     for kind, planner in (("one", SyncEASGD()), ("wfbp", WFBP()), ("wfbp-bar", WFBP()), ("pass", WFBP())):
-        m = copy.deepcopy(model)
-        ddp = DistributedDataParallel(m, **ddp_options(make_plan(planner, order, unit), m))
-        opt = torch.optim.SGD([p for p in m.parameters() if p.requires_grad], lr=1e-3, momentum=0.9)
+        ddp, opt = stock_ddp(model, planner, order)
         stamp = {"forward": 0.0}
         ddp.register_forward_hook(lambda *_, s=stamp: s.__setitem__("forward", time.perf_counter()))
         runs[kind] = (ddp, opt, stamp)
