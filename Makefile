@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test bench tuner clean browser
+.PHONY: run test bench tuner clean browser gpu-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,14 @@ bench: $(STAMP)
 # The NCCL tuner plugin (C, system compiler, no CUDA): out/nccl-tuner/libcommsched_nccl_tuner.so
 tuner: $(STAMP)
 	$(BIN)/commsched nccl-tuner --out out/nccl-tuner
+
+# The checks that need a GPU (issue 31), with the machine's own python3 (torch, numpy, scipy, click,
+# rich, matplotlib, pytest, hypothesis): no venv, no installs. Results (results.json, summary.md and at
+# most 6 artifacts) go to $(OUT): `make gpu-check OUT=dir`, else $OUT from the environment, else
+# out/gpu-check. Under 8 minutes (each step has its own time limit); without CUDA, the dry path.
+OUT ?= out/gpu-check
+gpu-check:
+	PYTHONPATH=src python3 -m commsched.gpu_check "$(OUT)"
 
 clean:
 	rm -rf $(VENV) out

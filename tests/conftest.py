@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
@@ -14,6 +15,24 @@ settings.register_profile(
     "commsched", deadline=None, max_examples=120, suppress_health_check=[HealthCheck.too_slow], derandomize=True
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "commsched"))
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``cuda`` skip, with the reason, where torch sees no CUDA device; ``make gpu-check``
+    selects them with ``-m cuda`` on a GPU."""
+    marked = [item for item in items if item.get_closest_marker("cuda") is not None]
+    if marked and not _cuda_available():
+        skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False); make gpu-check runs it")
+        for item in marked:
+            item.add_marker(skip)
 
 # Sizes and times spread over the orders of magnitude real models have (4 B biases to 400 MB FC layers).
 sizes = st.one_of(st.integers(1, 4096), st.integers(4096, 10**6), st.integers(10**6, 4 * 10**8))

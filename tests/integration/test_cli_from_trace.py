@@ -1,5 +1,6 @@
 """``commsched profile --from-trace`` end to end, in real subprocesses: a trace recorded here by
-torch.profiler on the CPU, a GPU-style trace with NCCL all-reduces, and the errors."""
+torch.profiler on the CPU, GPU-style traces with NCCL all-reduces, a job without a model planned from
+its trace alone, and the errors."""
 
 from __future__ import annotations
 
@@ -53,6 +54,48 @@ def test_from_a_cpu_trace_recorded_here(tmp_path):
     assert p.names[:2] == ("fc.bias", "fc.weight") and p.names[-1] == "conv1.weight"
     assert p.forward_s > 0 and p.backward_s > 0
     assert not (tmp_path / "p-cluster.json").exists()
+
+
+def test_sequence_numbers_find_the_forward_torch_s_flows_mark(tmp_path):
+    """On a real trace (torch here, CPU): without its fwdbwd flows, the forward ops found from the ops'
+    sequence numbers (what older torch gives) are the ones the flows mark, so every step reads the same."""
+    from commsched.profile.from_trace import load_trace, parse_trace
+
+    trace = tmp_path / "trace.json"
+    record_cpu_trace(trace)
+    doc = load_trace(trace)
+    assert any(e.get("cat") == "fwdbwd" for e in doc["traceEvents"])
+    flows = parse_trace(doc)
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "fwdbwd"]
+    numbers = parse_trace(doc)
+    assert (flows.forward_from, numbers.forward_from) == ("fwdbwd flows", "sequence numbers")
+    assert numbers.steps == flows.steps and len(flows.steps) == 2
+
+
+def test_without_a_model_the_trace_alone_plans_end_to_end(tmp_path):
+    """A job whose model commsched does not have: no --model, no --batch-size. The gradients are named
+    by position and shape, bytes from the trace; the profile and its cluster plan, and the DDP caps
+    (bytes) come out."""
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "gpu_nccl_trace.json"
+    out = tmp_path / "p.json"
+    r = run("profile", "--from-trace", str(fixture), "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "gpu_nccl_trace: 6 gradient tensors" in r.stderr and "6 named by position and shape (no --model)" in r.stderr
+    assert "all-reduce table: 4 workers, 2 sizes from device kernel durations" in r.stderr
+    assert "note: no --batch-size: the profile records batch 1" in r.stderr
+    p = load_profile(out)
+    assert p.names == ("grad.000[4x8]", "grad.001[4]", "grad.002[8x8]", "grad.003[8]", "grad.004[8]", "grad.005[8x8]")
+    assert p.batch_size == 1 and p.model == "gpu_nccl_trace" and p.device == "NVIDIA A100-SXM4-80GB"
+    cluster = tmp_path / "p-cluster.json"
+    assert load_cluster(cluster).workers == 4
+    r = run("plan", "--profile", str(out), "--cluster", str(cluster), "--out", str(tmp_path / "d"))
+    assert r.returncode == 0, r.stderr
+    plan = json.loads((tmp_path / "d" / "plan.json").read_text())
+    ddp = json.loads((tmp_path / "d" / "ddp_options.json").read_text())
+    assert sum(ddp["bucket_bytes"]) == p.total_bytes == 720
+    assert ddp["kwargs"]["bucket_cap_mb_list"] == [b / 2**20 for b in ddp["bucket_bytes"]]
+    named = [n for b in plan["buckets"] for n in b["tensors"]]
+    assert sorted(named) == sorted(p.names)
 
 
 def nccl_trace(shapes: list[tuple[int, ...]], buckets: list[tuple[int, list[float]]]) -> dict:
@@ -140,8 +183,8 @@ def test_errors_are_one_line(tmp_path, content, extra, message):
 def test_option_errors(tmp_path):
     r = run("profile", "--from-trace", "t.json", "--model", "resnet18", "--out", str(tmp_path / "p.json"))
     assert r.returncode == 2 and "--from-trace needs --batch-size" in r.stderr
-    r = run("profile", "--from-trace", "t.json", "--batch-size", "4", "--out", str(tmp_path / "p.json"))
-    assert r.returncode == 2 and "--from-trace needs --model" in r.stderr
+    r = run("profile", "--from-trace", "t.json", "--image-size", "32", "--out", str(tmp_path / "p.json"))
+    assert r.returncode == 2 and "--image-size goes with --model" in r.stderr
     r = run("profile", "--model", "resnet18", "--cluster-out", "c.json", "--out", str(tmp_path / "p.json"))
     assert r.returncode == 2 and "--cluster-out goes with --from-trace" in r.stderr
     for extra in (["--efficiency", "0.5"], ["--iters", "3"], ["--warmup", "1"], ["--sequential"]):

@@ -373,7 +373,7 @@ def stub_zoo(monkeypatch):
         lambda name, b, d, image_size=None, efficiency=None, dtype=None: check(b, image_size, efficiency, dtype=dtype),
     )
     monkeypatch.setattr(
-        measure, "measure_zoo_profile", lambda name, b, image_size=None, *, warmup, iters, sequential, progress: check(b, image_size, None, iters, warmup)
+        measure, "measure_zoo_profile", lambda name, b, image_size=None, *, device, warmup, iters, sequential, progress: check(b, image_size, None, iters, warmup)
     )
 
 

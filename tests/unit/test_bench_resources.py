@@ -4,7 +4,9 @@ grid) and on synthetic samples from a known grid, cost and compute slowdowns."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -117,20 +119,52 @@ def test_bad_samples_are_named(tmp_path):
     assert r.returncode == 2
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA GPUs: measures NCCL all-reduces and a backward pass")
+@pytest.mark.cuda
+def _two_ranks_env() -> dict:
+    """The variables for two ranks on this machine's GPUs: on one GPU both share it, which NCCL
+    allows from 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1 (src/init.cc:68); older NCCL skips."""
+    env = {"NCCL_NTHREADS": "256"}
+    if torch.cuda.device_count() < 2:
+        if tuple(torch.cuda.nccl.version()[:2]) < (2, 30):
+            pytest.skip(f"one GPU and NCCL {torch.cuda.nccl.version()}: two ranks on one GPU need NCCL >= 2.30")
+        env["NCCL_MULTI_RANK_GPU_ENABLE"] = "1"
+    return env
+
+
+def _check_measured(samples, blocks) -> None:
+    assert {c.blocks for c, _, _ in samples.allreduce} == set(blocks)
+    assert all(math.isfinite(t) and t > 0 for _, _, t in samples.allreduce)
+    assert all(math.isfinite(s) and s > 0 for _, s in samples.compute)
+    assert samples.workers == 2 and samples.gpus == min(2, torch.cuda.device_count())
+    fit_resource_cluster(samples, ResourceConfig(min(blocks), 256))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("mechanism", ["groups", "tuner"])
+def test_measure_resources_from_a_script_on_gpus(monkeypatch, mechanism):
+    """Two ranks (on two GPUs, or sharing one), a torch-only model: finite times, both block counts,
+    and the samples say how many GPUs the ranks ran on."""
+    if mechanism == "tuner" and not any(shutil.which(c) for c in ("cc", "gcc", "clang")):
+        pytest.skip("the tuner mechanism builds commsched's NCCL plugin: no C compiler on PATH")
+    from tests.distributed.launch import results, run_workers
+
+    for k, v in _two_ranks_env().items():
+        monkeypatch.setenv(k, v)
+    docs = results(run_workers("bench_resources.py", [mechanism], world=2, timeout_s=600))
+    _check_measured(samples_from_json(docs[0]), [1, 2])
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(importlib.util.find_spec("torchvision") is None, reason="the CLI times torchvision's resnet18")
 @pytest.mark.parametrize("mechanism", ["tuner", "groups"])
 def test_measuring_on_gpus_writes_samples_that_fit(tmp_path, mechanism):
-    n = min(2, torch.cuda.device_count())
     out = tmp_path / "s.json"
     r = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={n}", "-m", "commsched", "bench-resources", "--out", str(out), "--repeats", "3", "--mechanism", mechanism],
-        capture_output=True, text=True, timeout=1200, env={**os.environ, "NCCL_NTHREADS": "256"},
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "commsched", "bench-resources", "--out", str(out), "--repeats", "3", "--mechanism", mechanism],
+        capture_output=True, text=True, timeout=1200, env={**os.environ, **_two_ranks_env()},
     )
     assert r.returncode == 0, r.stderr
-    samples = samples_from_json(json.loads(out.read_text()))
-    assert {c.blocks for c, _, _ in samples.allreduce} == {1, 2, 3, 4}
-    assert all(s > 0 for _, s in samples.compute)
-    fit_resource_cluster(samples, DEFAULT)
+    _check_measured(samples_from_json(json.loads(out.read_text())), [1, 2, 3, 4])
 
 
 @pytest.mark.skipif(not any(shutil.which(c) for c in ("cc", "gcc", "clang")), reason="no C compiler on PATH")
@@ -152,3 +186,208 @@ def test_the_tuner_mechanism_loads_commscheds_plugin_before_nccl_starts(tmp_path
     monkeypatch.setenv("NCCL_MIN_NCHANNELS", "8")
     _load_tuner(tmp_path, 4)
     assert os.environ["NCCL_MIN_NCHANNELS"] == "8"  # the user's value stands
+
+
+# --- issue 31 item 1 (bench-resources): what is timed, on the CPU through a stand-in GPU ---
+
+
+def _env_without_torchrun():
+    return {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+
+
+def test_a_world_of_one_rank_is_refused_before_anything_else(tmp_path):
+    """NCCL runs no kernel for one rank's all-reduce: the CLI, and measure_resources called from a
+    script, refuse it with one line (here before the machine's lack of CUDA is even looked at)."""
+    env = {**_env_without_torchrun(), "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": "29999", "NCCL_NTHREADS": "256"}
+    r = subprocess.run([sys.executable, "-m", "commsched", "bench-resources", "--out", str(tmp_path / "s.json")],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 2
+    assert "at least 2 ranks" in r.stderr and "world size of 1" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert not (tmp_path / "s.json").exists()
+    from commsched.runtime.gpu_bench import measure_resources
+
+    for world in (0, 1):
+        with pytest.raises(CommschedError, match="at least 2 ranks"):
+            measure_resources([1], 256, [4096], 1, "groups", world_size=world, rank=0, device=0)
+
+
+class FakeGPU:
+    """Stands in for one GPU and NCCL on the CPU: one timeline in stream order (a kernel starts when
+    the GPU is free and the host has launched it), a host clock that each launch advances by
+    ``launch_s``, events that complete when the timeline reaches them, and all-reduces of
+    ``kernel_s`` that sum ``world`` equal buffers (multiply by ``world``)."""
+
+    def __init__(self, launch_s: float, kernel_s: float, world: int = 2, rate: float = 1e9):
+        self.host = self.free = 0.0
+        self.launch_s, self.kernel_s, self.world, self.rate = launch_s, kernel_s, world, rate
+        self.reduced: list[torch.Tensor] = []
+        self.launches = 0
+
+    def enqueue(self, seconds: float) -> None:
+        self.free = max(self.free, self.host) + seconds
+
+    def install(self, monkeypatch) -> None:
+        import contextlib
+
+        import torch.distributed as dist
+
+        from commsched.runtime import gpu_bench
+
+        gpu = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.t = None
+
+            def record(self, stream=None):
+                self.t = max(gpu.free, gpu.host)
+
+            def query(self):
+                return self.t <= gpu.host
+
+            def synchronize(self):
+                gpu.host = max(gpu.host, self.t)
+
+            def elapsed_time(self, end):
+                return (end.t - self.t) * 1e3
+
+        class Work:
+            def wait(self):
+                return True
+
+        def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+            gpu.host += gpu.launch_s
+            gpu.launches += 1
+            gpu.enqueue(gpu.kernel_s)
+            tensor.mul_(gpu.world)  # the sum of `world` ranks holding the same buffer
+            gpu.reduced.append(tensor)
+            return Work() if async_op else None
+
+        def synchronize(device=None):
+            gpu.host = max(gpu.host, gpu.free)
+
+        monkeypatch.setattr(torch.cuda, "Event", Event)
+        monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: gpu.enqueue(cycles / gpu.rate))
+        monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: "stream")
+        monkeypatch.setattr(torch.cuda, "Stream", lambda device=None: "side")
+        monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+        monkeypatch.setattr(torch.cuda, "synchronize", synchronize)
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "FakeGPU")
+        monkeypatch.setattr(dist, "all_reduce", all_reduce)
+        monkeypatch.setattr(dist, "barrier", lambda device_ids=None: synchronize())
+        monkeypatch.setattr(dist, "get_world_size", lambda group=None: gpu.world)
+        monkeypatch.setattr(gpu_bench, "_slowest", lambda value, device: value)  # one rank stands for all
+
+
+class TimedModel(torch.nn.Module):
+    """A model whose forward pass takes ``forward_s`` of GPU time and whose backward takes ``backward_s``."""
+
+    def __init__(self, gpu: FakeGPU, forward_s: float, backward_s: float):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(3))
+        gpu_, f, b = gpu, forward_s, backward_s
+
+        class Step(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                gpu_.host += 1e-6
+                gpu_.enqueue(f)
+                return x.clone()
+
+            @staticmethod
+            def backward(ctx, grad):
+                gpu_.enqueue(b)
+                return grad
+
+        self.step = Step
+
+    def forward(self, x):
+        return self.step.apply(x * self.w)
+
+
+def test_small_allreduces_are_timed_without_the_hosts_launch_latency(monkeypatch):
+    """20 us to launch, 5 us to run: the batch behind a hold times 5 us each (one event before a host
+    launch would time 25 us); the batch counts; a hold too short for the launches is doubled."""
+    from commsched.runtime.gpu_bench import MAX_BATCH, batch_count, time_allreduce_s
+
+    assert [batch_count(n) for n in (4, 4096, 1 << 20, 16 << 20, 64 << 20, 256 << 20)] == [MAX_BATCH, MAX_BATCH, 64, 4, 1, 1]
+    gpu = FakeGPU(launch_s=20e-6, kernel_s=5e-6)
+    gpu.install(monkeypatch)
+    buf = torch.zeros(1024)
+    cpu = torch.device("cpu")
+    assert time_allreduce_s(None, buf, batch_count(4096), cpu, gpu.rate) == pytest.approx(5e-6, rel=1e-9)
+    assert gpu.launches == MAX_BATCH
+    slow = FakeGPU(launch_s=200e-6, kernel_s=5e-6)  # 100 launches take 20 ms, past the first 6 ms hold
+    slow.install(monkeypatch)
+    assert time_allreduce_s(None, buf, 100, cpu, slow.rate) == pytest.approx(5e-6, rel=1e-9)
+    assert slow.launches == 300  # held at the third try: 6 ms, 12 ms, 24 ms
+
+
+def test_backward_time_is_the_backward_pass_alone(monkeypatch):
+    from commsched.runtime.gpu_bench import backward_s
+
+    gpu = FakeGPU(launch_s=20e-6, kernel_s=5e-6)
+    gpu.install(monkeypatch)
+    model = TimedModel(gpu, forward_s=3e-3, backward_s=7e-3)
+    assert backward_s(model, torch.randn(4, 3), torch.device("cpu")) == pytest.approx(7e-3, rel=1e-9)
+    assert model.w.grad is not None
+
+
+def test_a_whole_measurement_keeps_its_buffers_finite_and_labels_shared_gpus(monkeypatch):
+    """_measure end to end on the stand-in (two ranks, buffers summed hundreds of times): every
+    all-reduced buffer is still finite, the samples have every config and size, the slowdowns are
+    backward-only ratios, and the GPUs the ranks shared are recorded."""
+    from commsched.runtime import gpu_bench
+
+    gpu = FakeGPU(launch_s=10e-6, kernel_s=50e-6)
+    gpu.install(monkeypatch)
+    monkeypatch.setattr(gpu_bench, "CONTENTION_BYTES", 4096)  # the stand-in sums for real: keep it small
+    configs = [ResourceConfig(1, 256), ResourceConfig(2, 256)]
+    sizes = [4096, 1 << 20]
+    model = TimedModel(gpu, forward_s=3e-3, backward_s=7e-3)
+    samples = gpu_bench._measure(configs, {c: f"group{c.blocks}" for c in configs}, sizes, 3, torch.device("cpu"), model,
+                                 torch.randn(4, 3), gpu_bench.shared_gpus([("host", "GPU-0"), ("host", "GPU-0")]))
+    assert len(gpu.reduced) > 300
+    buffers = {id(t): t for t in gpu.reduced}.values()  # each buffer once, after all its sums
+    assert all(bool(torch.isfinite(t).all()) for t in buffers)
+    assert {(c, b) for c, b, _ in samples.allreduce} == {(c, b) for c in configs for b in sizes}
+    assert all(t == pytest.approx(50e-6) for _, _, t in samples.allreduce)
+    assert len(samples.compute) == 6 and all(s >= 1.0 for _, s in samples.compute)
+    assert (samples.workers, samples.gpus, samples.device) == (2, 1, "FakeGPU")
+    doc = samples.to_json()
+    assert doc["schema"] == "commsched.resource_samples/v1" and doc["gpus"] == 1
+    assert samples_from_json(doc) == samples
+
+
+def test_buffers_stay_finite_when_summed_again_and_again():
+    from commsched.runtime.gpu_bench import allreduce_buffer, contention_launches, shared_gpus
+
+    buf = allreduce_buffer(4096, "cpu")
+    assert buf.numel() == 1024 and allreduce_buffer(1, "cpu").numel() == 1
+    for _ in range(500):  # 2 ranks: each sum doubles; ones would pass 3.4e38 (float32's max) at 2**128
+        buf.add_(buf.clone())
+    assert bool(torch.isfinite(buf).all())
+    assert contention_launches(0.1, 0.01) == 42 and contention_launches(1.0, 1e-9) == 10_000
+    with pytest.raises(CommschedError):
+        contention_launches(float("inf"), 1.0)
+    assert shared_gpus([("a", "GPU-1"), ("a", "GPU-2")]) == 2 and shared_gpus([("a", "GPU-1")] * 2) == 1
+
+
+def test_gpus_in_the_samples_file():
+    """v1 files without ``gpus`` still read (one rank per GPU); files of one machine agree on it; the
+    fitted cluster says when ranks shared a GPU."""
+    base = {"schema": "commsched.resource_samples/v1", "workers": 2, "device": "H100", "allreduce": [], "compute": []}
+    assert samples_from_json(base).gpus is None
+    assert samples_from_json({**base, "gpus": 1}).gpus == 1
+    with pytest.raises(CommschedError, match="gpus must be 1..workers"):
+        samples_from_json({**base, "gpus": 3})
+    one = ResourceSamples(2, ((DEFAULT, 1 << 20, 1e-3), (DEFAULT, 1 << 24, 5e-3)), ((DEFAULT, 1.5),), "H100", 1)
+    with pytest.raises(CommschedError, match="different numbers of GPUs"):
+        merge([one, ResourceSamples(2, (), (), "H100", 2)])
+    with pytest.raises(CommschedError, match="different numbers of GPUs"):
+        merge([one, ResourceSamples(2, (), (), "H100")])  # not recorded: one GPU per rank
+    assert merge([one, ResourceSamples(2, (), (), "H100", 1)]).gpus == 1
+    assert merge([ResourceSamples(2, (), ()), ResourceSamples(2, (), ())]).gpus is None
+    cluster, _ = fit_resource_cluster(one, DEFAULT)
+    assert "2 ranks sharing 1 GPU" in cluster.source

@@ -131,12 +131,22 @@ def resnet50_inventory():
 
 
 def test_calibration_resnet50_v100_sxm2_is_367_images_per_s(resnet50_inventory):
+    # OSF Eq. 5 with c alone (flop_rate=1): 367 images/s at every batch
     for batch in (1, 32, 256):
-        p = estimate_profile(resnet50_inventory, device("V100-SXM2"), batch, efficiency=CALIBRATED_EFFICIENCY)
+        p = estimate_profile(resnet50_inventory, device("V100-SXM2"), batch, efficiency=CALIBRATED_EFFICIENCY, flop_rate=1.0)
         images_per_s = 1.0 / (p.compute_s / batch)
         assert images_per_s == pytest.approx(REFERENCE_IMAGES_PER_S, rel=1e-3)
         assert images_per_s == pytest.approx(367.0, rel=1e-3)
         assert p.backward_s == pytest.approx(2 * p.forward_s, rel=1e-12)
+    # the default layer model: 367 at the measurement's batch (112); its weights' bytes, read once per
+    # step, cost a little more per image at a small batch and a little less at a large one
+    rates = {}
+    for batch in (1, 32, 112, 256):
+        p = estimate_profile(resnet50_inventory, device("V100-SXM2"), batch)
+        rates[batch] = batch / p.compute_s
+        assert p.backward_s == pytest.approx(2 * p.forward_s, rel=1e-12)
+    assert rates[112] == pytest.approx(367.0, rel=1e-3)
+    assert 0.9 * 367 < rates[1] < rates[32] < rates[112] < rates[256] < 1.01 * 367
 
 
 def test_real_inventory_zero_flop_tensors(resnet50_inventory):

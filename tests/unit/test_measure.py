@@ -17,7 +17,7 @@ from torch import nn
 from commsched.errors import CommschedError
 from commsched.io import profile_from_json, profile_to_json
 from commsched.models.inventory import inventory
-from commsched.profile.measure import measure_profile, measure_zoo_profile
+from commsched.profile.measure import measure_device, measure_profile, measure_zoo_profile
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 
@@ -95,6 +95,54 @@ def test_measure_zoo_profile():
     assert profile.names[:2] == ("fc.bias", "fc.weight")
     with pytest.raises(CommschedError, match="unknown zoo model"):
         measure_zoo_profile("resnet19", 2, warmup=0, iters=1)
+
+
+def test_measured_profile_says_it_ran_on_the_cpu():
+    profile = measure_zoo_profile("resnet18", 2, image_size=32, device="cpu", warmup=0, iters=1)
+    assert profile.device == "cpu"
+
+
+@pytest.mark.parametrize(
+    "spec, available, count, expected",
+    [
+        (None, True, 1, "cuda"),  # a GPU machine measures its GPU unless told otherwise
+        (None, False, 0, "cpu"),
+        ("cpu", True, 1, "cpu"),
+        ("CUDA", True, 1, "cuda"),
+        ("cuda:1", True, 2, "cuda:1"),
+    ],
+)
+def test_measure_device_choice(spec, available, count, expected):
+    assert str(measure_device(spec, cuda_available=available, cuda_count=count)) == expected
+
+
+@pytest.mark.parametrize(
+    "spec, available, count, match",
+    [
+        ("cuda", False, 0, r"'cuda': this machine has no CUDA device"),
+        ("cuda:0", False, 0, "no CUDA device"),
+        ("cuda:2", True, 2, r"has 2 CUDA device\(s\)"),
+        ("V100", True, 1, "'cpu', 'cuda' or 'cuda:N', got 'V100'"),
+        ("cuda:x", True, 1, "got 'cuda:x'"),
+    ],
+)
+def test_measure_device_errors_name_the_device(spec, available, count, match):
+    with pytest.raises(CommschedError, match=match):
+        measure_device(spec, cuda_available=available, cuda_count=count)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+def test_measure_zoo_profile_refuses_cuda_without_a_gpu():
+    with pytest.raises(CommschedError, match="no CUDA device"):
+        measure_zoo_profile("resnet18", 2, image_size=32, device="cuda", warmup=0, iters=1)
+
+
+@pytest.mark.cuda
+def test_measure_zoo_profile_runs_on_cuda_by_default():
+    profile = measure_zoo_profile("resnet18", 4, image_size=64, warmup=1, iters=3)
+    assert profile.device == torch.cuda.get_device_name()
+    cpu = measure_zoo_profile("resnet18", 4, image_size=64, device="cpu", warmup=0, iters=1)
+    assert profile.names == cpu.names  # same ready order on both devices
 
 
 def test_sum_of_backward_is_close_to_a_separately_timed_backward():
@@ -230,6 +278,7 @@ def test_inputs_must_be_a_tuple_and_model_must_train():
         measure_profile(frozen, (torch.randn(4, 32),))
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_profile_uses_events():
     model = mlp().cuda()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -300,3 +301,55 @@ def test_cli_writes_the_table_of_a_resource_plan_and_builds_the_library(tmp_path
         assert comm.channels(3) == 0
     finally:
         comm.close()
+
+
+def _dir_for(root, total_bytes: int, fill: str = "d"):
+    """A directory under ``root`` whose library path (dir / LIBRARY_NAME, absolute) is ``total_bytes`` long."""
+    from commsched.nccl_tuner import LIBRARY_NAME
+
+    left = total_bytes - len(os.fsencode(str(root.resolve() / LIBRARY_NAME)))  # each part adds its bytes and a '/'
+    per = len(fill.encode())
+    parts = []
+    while left > 0:
+        n = min(100, (left - 1) // per)
+        if 0 < left - (n * per + 1) < per + 1:
+            n -= 1  # too little would be left for one more part: leave more
+        assert n >= 1, "no fill fits"
+        parts.append(fill * n)
+        left -= n * per + 1
+    path = root.resolve().joinpath(*parts)
+    assert len(os.fsencode(str(path / LIBRARY_NAME))) == total_bytes
+    return path
+
+
+def test_a_library_path_nccl_would_cut_is_refused_with_one_line(tmp_path):
+    """NCCL 2.30 keeps 254 bytes of NCCL_TUNER_PLUGIN (plugin_open.cc: char libName_[255], snprintf):
+    254 builds and loads, 255 is refused by build_plugin, plugin_env and the CLI before anything is written."""
+    from commsched.nccl_tuner import LIBRARY_NAME, plugin_env
+
+    fits = _dir_for(tmp_path / "a", 254)
+    built = build_plugin(fits / LIBRARY_NAME)
+    assert ctypes.c_char_p.in_dll(ctypes.CDLL(str(built)), "ncclTunerPlugin_v6").value == b"commsched"
+    assert plugin_env(built, tmp_path / "t.txt")["NCCL_TUNER_PLUGIN"] == str(built)
+    cut = _dir_for(tmp_path / "b", 255)
+    with pytest.raises(CommschedError, match=r"255 bytes, over the 254") as e:
+        build_plugin(cut / LIBRARY_NAME)
+    assert "\n" not in str(e.value)
+    assert not cut.exists()
+    with pytest.raises(CommschedError, match="255 bytes"):
+        plugin_env(cut / LIBRARY_NAME, tmp_path / "t.txt")
+    # bytes, not characters: 'é' is two bytes in UTF-8, so a path of 255 bytes can be fewer than 255 characters
+    wide = _dir_for(tmp_path / "c", 255, "é")
+    assert len(str(wide / LIBRARY_NAME)) <= 254
+    with pytest.raises(CommschedError, match="bytes, over the 254"):
+        plugin_env(wide / LIBRARY_NAME, tmp_path / "t.txt")
+    out = _dir_for(tmp_path / "d", 300)
+    done = subprocess.run(
+        [sys.executable, "-m", "commsched", "nccl-tuner", "--out", str(out)], capture_output=True, text=True
+    )
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "300 bytes, over the 254" in done.stderr, done.stderr
+    assert not (tmp_path / "d").exists()
+    from commsched.nccl_tuner import NCCL_PLUGIN_PATH_MAX_BYTES
+
+    assert NCCL_PLUGIN_PATH_MAX_BYTES == 254

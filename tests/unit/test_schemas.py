@@ -130,3 +130,44 @@ def test_resource_clusters_and_plans_validate():
     assert not validator("cluster.v1.json").is_valid(bad)
     plan = make_plan(Joint(), zoo_profile("resnet18", 32, "V100S"), c.allreduce, resources=c.resources)
     validator("plan.v1.json").validate(plan_to_json(plan))
+
+
+def test_stock_nccl_resources_validate_and_bad_ones_do_not():
+    from commsched.cost.contention import ClusterResources, ConstantContention, ResourceConfig, default_grid
+    from commsched.cost.nccl_launch import NcclSetting
+
+    v = validator("cluster.v1.json")
+    c = PRESETS["rs-2xv100s-pcie"]
+    assert c.to_json()["resources"]["library"] == "modified-nccl"
+    res = ClusterResources(default_grid(), ResourceConfig(4, 256), ConstantContention(0.5), "nccl", NcclSetting(4, 256, mechanism="tuner"))
+    doc = {**c.to_json(), "resources": res.to_json()}
+    v.validate(doc)
+    no_default = json.loads(json.dumps(doc))
+    del no_default["resources"]["default"]
+    v.validate(no_default)  # stock NCCL: the default is NCCL's own, nccl.channels x nccl.nthreads
+    legacy = json.loads(json.dumps(doc))
+    del legacy["resources"]["library"], legacy["resources"]["nccl"]
+    v.validate(legacy)  # files from before the field: configs run as given
+    for path, value in (
+        (("library",), "gloo"),
+        (("nccl", "nthreads"), 100),
+        (("nccl", "nthreads"), 1024),
+        (("nccl", "channels"), 0),
+        (("nccl", "mechanism"), "env"),
+        (("nccl", "algorithm"), "nvls"),
+        (("nccl", "protocol"), "ll"),
+    ):
+        bad = json.loads(json.dumps(doc))
+        at = bad["resources"]
+        for k in path[:-1]:
+            at = at[k]
+        at[path[-1]] = value
+        assert not v.is_valid(bad), path
+    no_setting = json.loads(json.dumps(doc))
+    del no_setting["resources"]["nccl"]
+    assert not v.is_valid(no_setting)
+    stray = json.loads(json.dumps(legacy))
+    stray["resources"]["nccl"] = res.nccl.to_json()
+    assert not v.is_valid(stray)  # the setting belongs to stock NCCL only
+    del legacy["resources"]["default"]
+    assert not v.is_valid(legacy)

@@ -308,3 +308,86 @@ def test_vgg16_nin_is_osf_table_3s_layer_replacement():
     assert sizes["head.0.weight"] == 512 * 512 * 4 and sizes["head.2.weight"] == 512 * 1000 * 4
     assert [s.shape for s in vgg.features.parameters()] == [s.shape for s in nin.features.parameters()]
     assert nin(example_input("vgg16_nin", 2)[0]).shape == (2, 1000)
+
+
+class _Kinds(nn.Module):
+    """One layer of each kernel kind, and a FC layer, on a 2x2x8x8 input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wino = nn.Conv2d(2, 4, 3, padding=1)  # dense 3x3 stride 1: Winograd
+        self.strided = nn.Conv2d(4, 4, 3, stride=2, padding=1)  # stride 2: GEMM
+        self.depthwise = nn.Conv2d(4, 4, 3, padding=1, groups=4)  # grouped: GEMM (its bytes bind)
+        self.pointwise = nn.Conv2d(4, 4, 1)  # 1x1: GEMM
+        self.fc = nn.Linear(64, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.pointwise(self.depthwise(self.strided(self.wino(x))))
+        return self.fc(torch.relu(x).flatten(1))
+
+
+def test_kernels_record_kind_flops_and_bytes():
+    model = _Kinds()
+    inv = inventory(model, (torch.randn(2, 2, 8, 8),))
+    *compute, memory = inv.kernels
+    assert [k.kind for k in compute] == ["winograd", "gemm", "gemm", "gemm", "gemm"]
+    assert memory.kind == "memory" and memory.flops == 0
+    assert sum(k.flops for k in inv.kernels) == inv.forward_flops
+    f4 = 4  # bytes per float32
+    wino = compute[0]
+    assert wino.flops == 2 * (2 * 4 * 8 * 8) * (2 * 3 * 3)
+    # input and output activations grow with the batch; weight and bias are fixed
+    assert wino.batch_bytes == f4 * (2 * 2 * 8 * 8 + 2 * 4 * 8 * 8)
+    assert wino.fixed_bytes == f4 * (4 * 2 * 3 * 3 + 4)
+    fc = compute[-1]  # addmm(bias, x, weight.t()): the transposed weight is a view of the parameter
+    assert fc.flops == 2 * 2 * 64 * 3
+    assert fc.batch_bytes == f4 * (2 * 64 + 2 * 3) and fc.fixed_bytes == f4 * (3 * 64 + 3)
+    # relu reads and writes its 2x4x4x4 input; flatten is a view and moves nothing
+    assert memory.batch_bytes == f4 * 2 * (2 * 4 * 4 * 4) and memory.fixed_bytes == 0
+
+
+def test_resnet50_kernels(resnet50_224):
+    """torchvision's ResNet-50 (v1.5): 13 Winograd convolutions (the stride-1 3x3s: stages 2-4 put
+    their first block's stride on the 3x3), 40 other convolutions and the FC layer; BatchNorm, ReLU,
+    the residual adds and pooling move about 240 MB per image in the forward."""
+    _, inv, _ = resnet50_224
+    kinds = [k.kind for k in inv.kernels]
+    assert (kinds.count("winograd"), kinds.count("gemm"), kinds.count("memory")) == (13, 41, 1)
+    assert sum(k.flops for k in inv.kernels) == inv.forward_flops
+    assert sum(k.flops for k in inv.kernels if k.kind == "winograd") / inv.forward_flops == pytest.approx(0.368, abs=0.005)
+    assert inv.kernels[-1].batch_bytes / 1e6 == pytest.approx(238, abs=3)
+    assert sum(k.fixed_bytes for k in inv.kernels) >= 4 * 25_557_032  # every weight read once
+
+
+def test_attention_is_one_kernel_on_cpu_and_meta():
+    """scaled_dot_product_attention is one GEMM kernel (as torch's fused GPU kernels run it: the
+    attention matrix never goes to memory), whether the device runs it fused (CPU) or as the
+    unfused math (meta); torch's function is put back afterwards."""
+    import torch.nn.functional as F
+
+    class SelfAttention(nn.Module):  # as torch's TransformerEncoderLayer and torchvision's ViT call it
+        def __init__(self) -> None:
+            super().__init__()
+            self.mha = nn.MultiheadAttention(d, h, batch_first=True)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.mha(x, x, x, need_weights=False)[0]
+
+    original = F.scaled_dot_product_attention
+    b, s, d, h = 2, 6, 8, 2
+    kernels = {}
+    for dev in ("cpu", "meta"):
+        with torch.device(dev):
+            torch.manual_seed(0)
+            model = SelfAttention()
+            x = torch.randn(b, s, d)
+        inv = inventory(model, (x,))
+        kernels[dev] = inv.kernels
+        assert F.scaled_dot_product_attention is original
+    assert kernels["cpu"] == kernels["meta"]
+    # in-projection, attention, out-projection, then the memory ops
+    proj_in, attention, proj_out, memory = kernels["cpu"]
+    assert [k.kind for k in (proj_in, attention, proj_out)] == ["gemm"] * 3
+    assert attention.flops == 2 * (2 * b * h * s * s * (d // h))  # Q K^T and weights x V
+    assert attention.batch_bytes == 4 * 4 * b * s * d and attention.fixed_bytes == 0  # Q, K, V and the output
+    assert proj_in.flops == 2 * b * s * d * 3 * d and proj_out.flops == 2 * b * s * d * d

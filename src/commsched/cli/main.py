@@ -173,14 +173,17 @@ def cli() -> None:
 @cli.command()
 @click.option("--model", default=DEFAULT_MODEL, show_default=True, help="Zoo model (see `commsched presets`).")
 @click.option("--batch-size", default=DEFAULT_BATCH, show_default=True, type=int, help="Per-worker batch.")
-@click.option("--device", default=DEFAULT_DEVICE, show_default=True, help="GPU preset for the estimate.")
+@click.option(
+    "--device", default=DEFAULT_DEVICE, show_default=True,
+    help="GPU preset for the estimate; with --measure, where to measure: cpu, cuda or cuda:N (default: cuda if there is one, else cpu).",
+)
 @click.option("--image-size", type=int, default=None, help="Input resolution (default 224, 299 for inception_v3).")
 @click.option("--efficiency", type=float, default=None, help="Fraction of peak FLOP/s reached (default: calibrated).")
-@click.option("--measure", is_flag=True, help="Time real training steps on this machine instead of estimating.")
+@click.option("--measure", is_flag=True, help="Time real training steps on this machine (its GPU if it has one) instead of estimating.")
 @click.option("--iters", type=int, default=10, show_default=True, help="Timed steps with --measure.")
 @click.option("--warmup", type=int, default=3, show_default=True, help="Untimed steps with --measure.")
 @click.option("--sequential", is_flag=True, help="With --measure: synchronise the device after every gradient (MG-WFBP 5.1).")
-@click.option("--from-trace", "trace_path", default=None, help="Measured profile from a torch.profiler Chrome trace of your job (needs --model and --batch-size).")
+@click.option("--from-trace", "trace_path", default=None, help="Measured profile from a torch.profiler Chrome trace of your job; with --model (and --batch-size) its gradients get the zoo model's names, without one they are named by position and shape.")
 @click.option("--cluster-out", default=None, help="With --from-trace: cluster JSON of the trace's all-reduces (default: <out>-cluster.json).")
 @_DTYPE_OPTION
 @click.option("--out", "out_path", required=True, help="Profile JSON to write.")
@@ -206,9 +209,15 @@ def profile(model, batch_size, device, image_size, efficiency, measure, iters, w
 
         if model not in ZOO_MODELS:
             raise CommschedError(f"unknown model {model!r}; choose from {', '.join(ZOO_MODELS)}")
+        from click.core import ParameterSource
+
         from commsched.profile.measure import measure_zoo_profile
 
-        p = measure_zoo_profile(model, batch_size, image_size, warmup=warmup, iters=iters, sequential=sequential, progress=True)
+        given = click.get_current_context().get_parameter_source("device") is not ParameterSource.DEFAULT
+        p = measure_zoo_profile(
+            model, batch_size, image_size, device=device if given else None, warmup=warmup, iters=iters,
+            sequential=sequential, progress=True,
+        )
     else:
         p = _profiles([], [model], batch_size, device, image_size, efficiency, dtype)[model]
     write_json(out_path, profile_to_json(p))
@@ -220,8 +229,9 @@ def profile(model, batch_size, device, image_size, efficiency, measure, iters, w
 
 
 def _profile_from_trace(trace_path, model, batch_size, device, image_size, cluster_out, out_path) -> None:
-    """``profile --from-trace``: match the trace to zoo model ``model``; write the profile and, when the
-    trace all-reduced at two sizes or more, the table cluster. Everything is computed before any write."""
+    """``profile --from-trace``: match the trace to zoo model ``model`` (given with ``--model``), else name
+    its gradients by position and shape (``trace_params``); write the profile and, when the trace
+    all-reduced at two sizes or more, the table cluster. Everything is computed before any write."""
     from click.core import ParameterSource
 
     from commsched.io import profile_to_json, write_json
@@ -233,15 +243,20 @@ def _profile_from_trace(trace_path, model, batch_size, device, image_size, clust
         if ctx.get_parameter_source(param) is not ParameterSource.DEFAULT:
             raise CommschedError(f"{opt} does not apply to --from-trace: the trace's own steps are the measurement")
     # the trace names neither the model nor the batch: their defaults would silently mislabel it
-    for opt, param in (("--model", "model"), ("--batch-size", "batch_size")):
-        if ctx.get_parameter_source(param) is ParameterSource.DEFAULT:
-            raise CommschedError(f"--from-trace needs {opt}: the trace does not say which model and batch it ran")
-    if model not in ZOO_MODELS:
+    with_model = ctx.get_parameter_source("model") is not ParameterSource.DEFAULT
+    with_batch = ctx.get_parameter_source("batch_size") is not ParameterSource.DEFAULT
+    if with_model and not with_batch:
+        raise CommschedError("--from-trace needs --batch-size with --model: the trace does not say which batch it ran")
+    if not with_model and image_size is not None:
+        raise CommschedError("--image-size goes with --model: without a model the gradients' shapes come from the trace")
+    if with_model and model not in ZOO_MODELS:
         raise CommschedError(f"unknown model {model!r}; choose from {', '.join(ZOO_MODELS)}")
     trace = parse_trace(load_trace(trace_path), str(trace_path))
     label = device if ctx.get_parameter_source("device") is not ParameterSource.DEFAULT else None
-    r = profile_from_trace(trace, zoo_params(model, image_size), model=model, batch_size=batch_size, device=label,
-                           trace_name=Path(trace_path).name)
+    # without --model: the profile is named after the trace file (rank-0.pt.trace.json.gz -> rank-0)
+    name = model if with_model else Path(trace_path).name.removesuffix(".gz").removesuffix(".json").removesuffix(".pt.trace")
+    r = profile_from_trace(trace, zoo_params(model, image_size) if with_model else None, model=name or "trace",
+                           batch_size=batch_size if with_batch else 1, device=label, trace_name=Path(trace_path).name)
     cdoc = cluster_doc(r)
     cpath = cluster_out or str(Path(out_path).with_name(Path(out_path).stem + "-cluster.json"))
     write_json(out_path, profile_to_json(r.profile))
@@ -251,7 +266,9 @@ def _profile_from_trace(trace_path, model, batch_size, device, image_size, clust
     click.echo(
         f"{p.model}: {len(p.tensors)} gradient tensors, {p.total_bytes / 2**20:.1f} MiB, forward {p.forward_s * 1e3:.1f} ms, "
         f"backward {p.backward_s * 1e3:.1f} ms on {p.device}, median of {r.steps} steps ({r.clock} clock); "
-        f"{m.by_unique_shape} matched by a unique shape, {m.by_order} by order among same-shaped -> {out_path}",
+        + (f"{m.by_unique_shape} matched by a unique shape, {m.by_order} by order among same-shaped" if with_model
+           else f"{m.by_position} named by position and shape (no --model)")
+        + f" -> {out_path}",
         err=True,
     )
     if cdoc is not None:
@@ -262,6 +279,8 @@ def _profile_from_trace(trace_path, model, batch_size, device, image_size, clust
         )
     for note in r.notes:
         click.echo(f"note: {note}", err=True)
+    if not with_batch:
+        click.echo("note: no --batch-size: the profile records batch 1, a label only (its times are the traced steps' own)", err=True)
 
 
 def _strategy_options(f):
@@ -351,7 +370,8 @@ def _print_comparison(cmp) -> None:
             + (f" ({c.workers // c.gpus_per_node} nodes x {c.gpus_per_node} GPUs)" if c.gpus_per_node else "")
             + f", runtime {_describe_semantics(cmp.semantics)}"
             + (
-                f", resources per all-reduce ({c.resources.contention.kind} contention model, default {c.resources.default.short})"
+                f", resources per all-reduce ({c.resources.contention.kind} contention model, default {c.resources.label(c.resources.default)}"
+                + (f", stock NCCL {c.resources.nccl.algorithm}: blocks are a cap, small all-reduces run on fewer)" if c.resources.nccl else ")")
                 if c.resources is not None
                 else ""
             )
@@ -387,8 +407,9 @@ def _print_comparison(cmp) -> None:
 
 
 def _resources_short(plan, resources) -> str:
-    """A plan's configs in short: one config for every bucket (e.g. ``1x256``, the default marked), or ``mixed``."""
-    shorts = {resources.config_of(b.resources).short for b in plan.buckets}
+    """A plan's configs in short: one config for every bucket (e.g. ``1x256``; on stock NCCL with what
+    NCCL launches for it, ``2x256 (NCCL runs 2x288)``), or ``mixed``."""
+    shorts = {resources.label(resources.config_of(b.resources)) for b in plan.buckets}
     if len(shorts) > 1:
         return "mixed"
     (one,) = shorts
@@ -754,12 +775,13 @@ def report(from_path, out_path) -> None:
 @click.option("--build/--no-build", default=True, show_default=True, help="Compile the plugin with the system C compiler.")
 def nccl_tuner(plan_path, out_dir, build) -> None:
     """Write an NCCL tuner table from a plan (bucket bytes -> blocks) and build the tuner plugin."""
-    from commsched.nccl_tuner import LIBRARY_NAME, build_plugin, plugin_env, table_from_plan, table_text
+    from commsched.nccl_tuner import LIBRARY_NAME, build_plugin, check_plugin_path, plugin_env, table_from_plan, table_text
 
     if plan_path is None and not build:
         raise CommschedError("nothing to do: give a plan file, or drop --no-build to build the plugin")
     out = Path(out_dir)
     library = out / LIBRARY_NAME
+    check_plugin_path(library)  # before anything is written: NCCL would cut a longer path and load nothing
     table_path = out / "nccl_tuner_table.txt"
     if plan_path is not None:
         from commsched.io import load_plan
@@ -815,8 +837,9 @@ def presets() -> None:
         if c.resources is not None:
             r = c.resources
             click.echo(
-                f"  {'':21s} resources: {len(r.allowed)} configs ({', '.join(x.short for x in r.allowed)}), "
-                f"default {r.default.short}, contention model {r.contention.kind}"
+                f"  {'':21s} resources: {len(r.allowed)} configs ({', '.join(r.label(x) for x in r.allowed)}), "
+                f"default {r.label(r.default)}, contention model {r.contention.kind}"
+                + (f", run by {r.library}" if r.library else "")
             )
 
 

@@ -40,6 +40,7 @@ from typing import Protocol
 import numpy as np
 
 from commsched.cost.models import CostModel
+from commsched.cost.nccl_launch import LARGE_BYTES, NCCL_VERSION, Launch, NcclSetting, check_nthreads, nccl_setting_from_json
 from commsched.errors import CommschedError
 from commsched.types import shown
 
@@ -375,14 +376,49 @@ def _only(doc: dict, allowed: set[str], where: str) -> None:
         raise CommschedError(f"{where}: unknown field {unknown[0]!r}")
 
 
+LIBRARY_NCCL = "nccl"  # stock NCCL 2.30: its launch rules apply (commsched.cost.nccl_launch)
+LIBRARY_MODIFIED = "modified-nccl"  # a library that runs each config as asked (the resource-sharing paper's testbed)
+LIBRARIES = (LIBRARY_NCCL, LIBRARY_MODIFIED)
+
+
+def _halvings(nthreads: int) -> tuple[int, ...]:
+    """NCCL_NTHREADS values a small all-reduce's threads fall to (enqueue.cc ``topoGetAlgoInfo``:
+    ``if (nt % 128 == 0) nt /= 2``)."""
+    out = [nthreads]
+    while out[-1] % 128 == 0:
+        out.append(out[-1] // 2)
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class ClusterResources:
     """What a cluster lets a plan choose per bucket: the allowed configs, the library's default
-    (what a bucket with ``resources: null`` gets) and the contention model that scores them."""
+    (what a bucket with ``resources: null`` gets) and the contention model that scores them.
+
+    ``library`` says what runs a config:
+
+    - ``None`` (files without the field) or ``"modified-nccl"``: each config runs as asked, at every
+      size. The resource-sharing paper's testbed is one: its authors modified NCCL to set blocks and
+      threads per call (Section 4.1), so its 16 configs, and its stated default 2x256, are what ran.
+    - ``"nccl"``: stock NCCL 2.30 (``nccl``, an :class:`~commsched.cost.nccl_launch.NcclSetting`).
+      A config is what a plan asks NCCL for: ``blocks`` CTAs (min_ctas = max_ctas or the tuner
+      plugin's channels, per ``nccl.mechanism``) and NCCL_NTHREADS = ``threads_per_block``. NCCL
+      launches something else (:meth:`launched`, :meth:`label`): Simple adds a sync warp, a block
+      never has under 128 threads, and a small all-reduce runs on fewer channels, with fewer threads
+      (:meth:`effective`). Configs NCCL does not take as asked are refused at load (threads not an
+      NCCL_NTHREADS value NCCL keeps, blocks above what the mechanism reaches, two configs NCCL runs
+      alike), and the default is NCCL's own: ``nccl.channels`` x ``nccl.nthreads``, lowered at small
+      sizes like any config.
+
+    On a stock-NCCL cluster the contention model is asked about the config NCCL runs at each size
+    (:meth:`effective`): every config that can come to must have a score, checked at load.
+    """
 
     allowed: tuple[ResourceConfig, ...]
     default: ResourceConfig
     contention: ContentionModel
+    library: str | None = None
+    nccl: NcclSetting | None = None
 
     def __post_init__(self) -> None:
         if not self.allowed:
@@ -390,12 +426,56 @@ class ClusterResources:
         # kept from the least GPU threads to the most (fewer blocks first): planners rely on the order
         allowed = tuple(sorted(set(self.allowed), key=lambda c: (c.threads, c.blocks)))
         object.__setattr__(self, "allowed", allowed)
+        object.__setattr__(self, "_effective", {})
+        if self.library is not None and self.library not in LIBRARIES:
+            raise CommschedError(f"resources library must be one of {', '.join(map(repr, LIBRARIES))}, got {shown(self.library)}")
+        if (self.library == LIBRARY_NCCL) != (self.nccl is not None):
+            raise CommschedError(
+                "a stock-NCCL cluster (library 'nccl') needs its \"nccl\" setting (channels, nthreads), and only it takes one"
+            )
+        if self.nccl is not None:
+            self._check_nccl(allowed)
         if self.default not in allowed:
             raise CommschedError(f"default config {self.default.short} is not among the allowed ones ({', '.join(c.short for c in allowed)})")
         for c in allowed:  # every allowed config must be scorable: fail at load, not mid-plan
-            f = self.contention.compute_factor(c)
-            if not (math.isfinite(f) and f > 0):
-                raise CommschedError(f"contention model gives compute factor {f!r} for config {c.short}")
+            for r in self.reachable(c):
+                try:
+                    f = self.contention.compute_factor(r)
+                except CommschedError as e:
+                    if r == c:
+                        raise
+                    raise CommschedError(f"{e}: NCCL {NCCL_VERSION} runs config {c.short} as {r.short} for small all-reduces") from None
+                if not (math.isfinite(f) and f > 0):
+                    raise CommschedError(f"contention model gives compute factor {f!r} for config {r.short}")
+
+    def _check_nccl(self, allowed: tuple[ResourceConfig, ...]) -> None:
+        nccl = self.nccl
+        assert nccl is not None
+        own = ResourceConfig(nccl.channels, nccl.nthreads)
+        if self.default != own:
+            raise CommschedError(
+                f"on a stock-NCCL cluster null resources mean NCCL's own default, {own.short} (nccl.channels x nccl.nthreads), "
+                f"not {self.default.short}"
+            )
+        seen: dict[str, ResourceConfig] = {}
+        for c in allowed:
+            check_nthreads(f"config {c.short}: threads_per_block", c.threads_per_block)
+            run = nccl.launch(c.blocks, c.threads_per_block)
+            if run.channels != c.blocks:
+                raise CommschedError(
+                    f"config {c.short} is not one NCCL {NCCL_VERSION} runs: through the tuner plugin it caps the channels at the "
+                    f"communicator's {nccl.channels} (enqueue.cc scheduleCollTasksToPlan), so it runs {run.short}"
+                )
+            if run.short in seen:
+                raise CommschedError(
+                    f"configs {seen[run.short].short} and {c.short} both run as {run.short} under NCCL {NCCL_VERSION} "
+                    f"({nccl.algorithm}, Simple): offer one of them"
+                )
+            seen[run.short] = c
+
+    @property
+    def stock_nccl(self) -> bool:
+        return self.nccl is not None
 
     def check(self, config: ResourceConfig) -> ResourceConfig:
         if config not in self.allowed:
@@ -408,18 +488,110 @@ class ClusterResources:
         """A bucket's ``resources`` (null: the default) as an allowed config."""
         return self.default if resources is None else self.check(config_from_json(resources, where))
 
+    def launched(self, config: ResourceConfig, nbytes: int = LARGE_BYTES) -> Launch | None:
+        """What stock NCCL launches for ``config`` at ``nbytes`` (None on other libraries)."""
+        return None if self.nccl is None else self.nccl.launch(config.blocks, config.threads_per_block, max(1, int(nbytes)))
+
+    def label(self, config: ResourceConfig) -> str:
+        """``config.short``, with what stock NCCL launches for it at bucket sizes where that differs
+        (e.g. ``2x256 (NCCL runs 2x288)``: Simple's sync warp)."""
+        run = self.launched(config)
+        return config.short if run is None or run.short == config.short else f"{config.short} (NCCL runs {run.short})"
+
+    def effective(self, config: ResourceConfig, nbytes) -> ResourceConfig:
+        """The config an all-reduce of ``nbytes`` asked with ``config`` runs as: itself on a library
+        that runs configs as asked; on stock NCCL, the channels NCCL uses at that size (its
+        bytes-per-channel lowering and its scheduler's cells, or the tuner's channels capped at the
+        communicator's) x the NCCL_NTHREADS value its thread halving leaves
+        (:func:`~commsched.cost.nccl_launch.launch`). NCCL launches the same for the result at that
+        size as for ``config``."""
+        if self.nccl is None:
+            return config
+        size = max(1, int(round(float(nbytes))))
+        cache: dict = self._effective  # type: ignore[attr-defined]
+        key = (config, size)
+        hit = cache.get(key)
+        if hit is None:
+            if size >= self.nccl.full_from_bytes(config.blocks, config.threads_per_block):
+                size = LARGE_BYTES
+            run = self.nccl.launch(config.blocks, config.threads_per_block, size)
+            hit = ResourceConfig(run.channels, run.nthreads)
+            if len(cache) < 1 << 20:
+                cache[key] = hit
+        return hit
+
+    def reachable(self, config: ResourceConfig) -> tuple[ResourceConfig, ...]:
+        """Every config :meth:`effective` can give for ``config`` at some size (on stock NCCL a
+        superset: with min/max CTAs, B' <= B channels at the config's threads, and one channel at
+        each halving of them; with the tuner, up to min(B, channels) at each halving)."""
+        if self.nccl is None:
+            return (config,)
+        halves = _halvings(config.threads_per_block)
+        if self.nccl.mechanism == "ctas":
+            out = {ResourceConfig(b, config.threads_per_block) for b in range(1, config.blocks + 1)}
+            out |= {ResourceConfig(1, t) for t in halves}
+        else:
+            top = min(config.blocks, self.nccl.channels)
+            out = {ResourceConfig(b, t) for b in range(1, top + 1) for t in halves}
+        return tuple(sorted(out, key=lambda c: (c.threads, c.blocks)))
+
+    def _per_size(self, config: ResourceConfig, nbytes, fn):
+        """``fn(effective config, sizes)`` for each size of ``nbytes`` (a scalar or an array), the
+        sizes grouped by the config they run as."""
+        if self.nccl is None:
+            return fn(config, nbytes)
+        if np.ndim(nbytes) == 0:
+            return fn(self.effective(config, nbytes), nbytes)
+        arr = np.asarray(nbytes, dtype=np.float64)
+        flat = arr.ravel()
+        channels, nthreads, _ = self.nccl.launch_many(config.blocks, config.threads_per_block, np.maximum(np.rint(flat), 1.0))
+        codes = channels * 4096 + nthreads  # one code per (channels, NCCL_NTHREADS) NCCL runs
+        out = np.empty(flat.shape, dtype=np.float64)
+        for code in np.unique(codes):
+            idx = np.flatnonzero(codes == code)
+            cfg = ResourceConfig(int(code) // 4096, int(code) % 4096)
+            out[idx] = np.broadcast_to(np.asarray(fn(cfg, flat[idx]), dtype=np.float64), idx.shape)
+        return out.reshape(arr.shape)
+
+    def allreduce_s(self, cost: CostModel, nbytes, config: ResourceConfig, overlapped: bool):
+        """The contention model's all-reduce time at each size of ``nbytes`` for the config NCCL runs
+        there (:meth:`effective`); the model's own answer on other libraries."""
+        model = self.contention
+        return self._per_size(config, nbytes, lambda cfg, b: model.allreduce_s(cost, b, cfg, overlapped))
+
+    def compute_factor(self, config: ResourceConfig, nbytes=LARGE_BYTES):
+        """Compute's time factor beside an all-reduce of ``nbytes`` asked with ``config`` (the
+        config NCCL runs there, :meth:`effective`): a float for a scalar size, an array else."""
+        model = self.contention
+        return self._per_size(
+            config, nbytes, lambda cfg, b: float(model.compute_factor(cfg)) if np.ndim(b) == 0 else np.full(np.shape(b), float(model.compute_factor(cfg)))
+        )
+
+    def never_faster_overlapped(self, config: ResourceConfig) -> bool:
+        """LIBRA's Assumption 2 for ``config`` at every size, over every config it runs as."""
+        return all(self.contention.never_faster_overlapped(r) for r in self.reachable(config))
+
     def to_json(self) -> dict:
-        return {
+        doc = {
             "allowed": [c.to_json() for c in self.allowed],
             "default": self.default.to_json(),
             "contention": self.contention.to_json(),
         }
+        if self.library is not None:
+            doc["library"] = self.library
+        if self.nccl is not None:
+            doc["nccl"] = self.nccl.to_json()
+        return doc
 
 
 def resources_from_json(doc: object, where: str = "resources") -> ClusterResources:
     if not isinstance(doc, dict):
         raise CommschedError(f"{where} must be an object, got {shown(doc)}")
-    _only(doc, {"allowed", "default", "contention"}, where)
+    _only(doc, {"allowed", "default", "contention", "library", "nccl"}, where)
+    library = doc.get("library")
+    if library is not None and library not in LIBRARIES:
+        raise CommschedError(f"{where}.library must be one of {', '.join(map(repr, LIBRARIES))}, got {shown(library)}")
+    nccl = nccl_setting_from_json(doc["nccl"], f"{where}.nccl") if doc.get("nccl") is not None else None
     allowed_doc = doc.get("allowed")
     if allowed_doc is None:
         allowed = default_grid()
@@ -427,12 +599,15 @@ def resources_from_json(doc: object, where: str = "resources") -> ClusterResourc
         allowed = tuple(config_from_json(c, f"{where}.allowed") for c in allowed_doc)
     else:
         raise CommschedError(f"{where}.allowed must be a non-empty list of configs, got {shown(allowed_doc)}")
-    if "default" not in doc:
+    if "default" in doc:
+        default = config_from_json(doc["default"], f"{where}.default")
+    elif library == LIBRARY_NCCL and nccl is not None:
+        default = ResourceConfig(nccl.channels, nccl.nthreads)  # NCCL's own communicator
+    else:
         raise CommschedError(f"{where} needs the library's default config (\"default\": {{\"blocks\": B, \"threads_per_block\": T}})")
-    default = config_from_json(doc["default"], f"{where}.default")
     contention = contention_from_json(doc.get("contention"), f"{where}.contention")
     try:
-        return ClusterResources(allowed, default, contention)
+        return ClusterResources(allowed, default, contention, library, nccl)
     except CommschedError as e:
         raise CommschedError(f"{where}: {e}") from None
 

@@ -17,23 +17,31 @@ One training step (forward, loss, backward) is run on the module as it is:
 
 FLOPs become per-tensor ``forward_flops``, the input of OSF Eq. 6 (t_backward = 2 t_forward), by the
 rule in :func:`inventory`.
+
+The same forward also records each op's kernel work (:class:`KernelRecorder`): its FLOPs, its kind
+(Winograd-eligible convolution, other convolution or matrix product, or FLOP-free memory op) and the
+bytes its tensors hold, split into activations (grow with the batch) and parameters or buffers (do
+not). It needs shapes only, so it is the same on the meta device as on the CPU.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+from torch.nn import functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from commsched.errors import CommschedError
-from commsched.models.inventory_types import GradTensor, ModelInventory
+from commsched.models.inventory_types import GradTensor, KernelWork, ModelInventory
 
-__all__ = ["GradTensor", "ModelInventory", "flop_counter", "inventory", "sum_of_means"]
+__all__ = ["GradTensor", "KernelRecorder", "KernelWork", "ModelInventory", "flop_counter", "inventory", "sum_of_means"]
 
 
 def _attention_flops(query_shape, key_shape, value_shape, *_args, out_shape=None, **_kwargs) -> int:
@@ -55,6 +63,157 @@ def flop_counter() -> FlopCounterMode:
         display=False,
         custom_mapping={torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _attention_flops},
     )
+
+
+# Ops that allocate without writing, reinterpret a tensor without copying it (``_unsafe_view`` has no
+# alias annotation in its schema, unlike view/reshape/transpose, which the schema check catches), or
+# make a Python scalar a tensor (``lift_fresh`` on the CPU, ``scalar_tensor`` on the meta device).
+_NO_BYTES = frozenset({"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
+                       "aten::new_empty_strided", "aten::_unsafe_view", "aten::lift_fresh",
+                       "aten::scalar_tensor"})
+# Ops that read only the rows they gather, not their whole (table) input: 2x their output's bytes.
+_GATHERS = frozenset({"aten::embedding", "aten::index", "aten::index_select", "aten::gather"})
+
+
+def _tensors(x: object) -> list[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for v in x for t in _tensors(v)]
+    if isinstance(x, Mapping):
+        return [t for v in x.values() for t in _tensors(v)]
+    return []
+
+
+def _storage_key(t: torch.Tensor) -> int | None:
+    """Identity of ``t``'s storage (shared by all its views, also on the meta device); None for a
+    tensor without one. ``_cdata`` is the storage's C++ address, what torch's own StorageWeakRef keys on."""
+    try:
+        return t.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError, AttributeError):
+        return None
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    """Bytes ``t`` addresses: its elements', but no more than its storage holds (a broadcast
+    scalar, expanded with stride 0, reads 4 bytes however many elements it shows)."""
+    n = t.numel() * t.element_size()
+    try:
+        return min(n, t.untyped_storage().nbytes())
+    except (RuntimeError, NotImplementedError, AttributeError):
+        return n
+
+
+class KernelRecorder(TorchDispatchMode):
+    """Records each aten op of a forward pass as kernel work (:class:`KernelWork`).
+
+    Enter it *inside* ``counter`` (a running FlopCounterMode): each op reaches this mode first, and
+    the counter's total before and after the op gives its FLOPs. Kinds:
+
+    - an op with FLOPs is a compute kernel: "winograd" when it is a dense (groups = 1, untransposed)
+      3x3 convolution with stride 1 and dilation 1, the case cuDNN's Winograd algorithms take
+      (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks", CVPR 2016), else "gemm"
+      (other convolutions, grouped and depthwise ones included, and matrix products);
+    - an op without FLOPs is a memory op, unless it only views or allocates (schema alias without
+      write, or :data:`_NO_BYTES`): all memory ops add up into one "memory" entry.
+
+    Bytes are those of the op's input and output tensors (an in-place op's tensor counts as read and
+    written); a gather counts twice its output. Tensors whose storage is one of ``fixed_storages``
+    (the module's parameters and buffers) count as ``fixed_bytes``, the rest as ``batch_bytes``.
+
+    A ``scaled_dot_product_attention`` call is one "gemm" kernel (its FLOPs; its query, key, value,
+    mask and output bytes), whatever aten ops it runs as: on GPUs torch runs it as one fused kernel
+    that never writes the attention matrix, on the CPU as one flash kernel, on the meta device as
+    the unfused math (matmuls, softmax); :func:`_attention_as_one_kernel` marks the call.
+    """
+
+    def __init__(self, counter: FlopCounterMode, fixed_storages: set[int]) -> None:
+        super().__init__()
+        self.counter = counter
+        self.fixed_storages = fixed_storages
+        self.compute: list[KernelWork] = []
+        self.memory_batch_bytes = 0
+        self.memory_fixed_bytes = 0
+        self.in_attention = False
+
+    def kernels(self) -> tuple[KernelWork, ...]:
+        memory = KernelWork("memory", 0.0, float(self.memory_batch_bytes), float(self.memory_fixed_bytes))
+        return (*self.compute, memory)
+
+    def _bytes(self, tensors: list[torch.Tensor]) -> tuple[int, int]:
+        batch = fixed = 0
+        for t in tensors:
+            if _storage_key(t) in self.fixed_storages:
+                fixed += _nbytes(t)
+            else:
+                batch += _nbytes(t)
+        return batch, fixed
+
+    def attention(self, func, args, kwargs):
+        """Run one scaled_dot_product_attention call and record it as one kernel."""
+        before = self.counter.get_total_flops()
+        self.in_attention = True
+        try:
+            out = func(*args, **kwargs)
+            if isinstance(out, torch.Tensor) and out.dim() == 4:
+                # the fused kernels write (batch, sequence, heads, dim) and return it transposed, so
+                # that MultiheadAttention's merge of the heads is a view; the unfused math (meta
+                # device) writes (batch, heads, sequence, dim), which would cost a copy there
+                out = out.transpose(1, 2).contiguous().transpose(1, 2)
+        finally:
+            self.in_attention = False
+        batch, fixed = self._bytes(_tensors(args) + _tensors(kwargs) + _tensors(out))
+        self.compute.append(KernelWork("gemm", float(self.counter.get_total_flops() - before), float(batch), float(fixed)))
+        return out
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.in_attention:  # inside one fused-attention kernel: recorded as a whole
+            return func(*args, **kwargs)
+        before = self.counter.get_total_flops()
+        out = func(*args, **kwargs)
+        flops = self.counter.get_total_flops() - before
+        name = func._schema.name
+        returns = func._schema.returns
+        view = bool(returns) and returns[0].alias_info is not None and not returns[0].alias_info.is_write
+        if not flops and (view or name in _NO_BYTES):
+            return out
+        outputs = _tensors(out)
+        if name in _GATHERS:
+            batch, fixed = 2 * sum(_nbytes(t) for t in outputs), 0
+        else:
+            batch, fixed = self._bytes(_tensors(args) + _tensors(kwargs) + outputs)
+        if not flops:
+            self.memory_batch_bytes += batch
+            self.memory_fixed_bytes += fixed
+            return out
+        kind = "gemm"
+        if name == "aten::convolution":
+            weight, stride, dilation, transposed, groups = args[1], args[3], args[5], args[6], args[8]
+            if (tuple(weight.shape[2:]) == (3, 3) and groups == 1 and not transposed
+                    and all(s == 1 for s in stride) and all(d == 1 for d in dilation)):
+                kind = "winograd"
+        self.compute.append(KernelWork(kind, float(flops), float(batch), float(fixed)))
+        return out
+
+
+@contextmanager
+def _attention_as_one_kernel(recorder: KernelRecorder) -> Iterator[None]:
+    """While inside, ``torch.nn.functional.scaled_dot_product_attention`` runs through
+    ``recorder.attention``: for the module's own calls and for nn.MultiheadAttention's, which
+    calls it through torch.nn.functional's module global. (A TorchFunctionMode cannot do this: it
+    does not see the call nested in ``F.multi_head_attention_forward``.) Restored on exit."""
+    original = F.scaled_dot_product_attention
+
+    @functools.wraps(original)
+    def attention(*args, **kwargs):
+        return recorder.attention(original, args, kwargs)
+
+    F.scaled_dot_product_attention = attention
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = original
 
 
 def _output_tensors(output: object) -> list[torch.Tensor]:
@@ -191,6 +350,8 @@ def inventory(
     ready: list[nn.Parameter] = []
     counter = flop_counter()
     record = _ForwardRecord(counter)
+    fixed = {_storage_key(t) for t in (*module.parameters(), *module.buffers())} - {None}
+    recorder = KernelRecorder(counter, fixed)
     handles = []
     with restored_state(module, params), contextlib.ExitStack() as cleanup:
         cleanup.callback(remove_all, handles)
@@ -203,7 +364,7 @@ def inventory(
         module.train()
         with torch.enable_grad():
             # One pass: the counter sees only the forward; backward runs after it is closed.
-            with counter:
+            with counter, recorder, _attention_as_one_kernel(recorder):
                 output = module(*example_inputs)
             total_flops = counter.get_total_flops()
             loss = loss_fn(output)
@@ -235,7 +396,15 @@ def inventory(
         tensors=tensors,
         forward_flops=float(total_flops),
         parameters=sum(t.numel for t in tensors),
+        kernels=_kernels_or_none(recorder, total_flops),
     )
+
+
+def _kernels_or_none(recorder: KernelRecorder, total_flops: int) -> tuple[KernelWork, ...]:
+    """The recorded kernels, or none (the estimate then uses the efficiency c alone) where some FLOPs
+    escaped them, as they could in ops this recorder does not see (higher-order ops)."""
+    kernels = recorder.kernels()
+    return kernels if sum(k.flops for k in kernels) == total_flops else ()
 
 
 def _batch_size(example_inputs: tuple) -> int:

@@ -48,12 +48,50 @@ class GradTensor:
         _check_flops(f"tensor {self.name!r} forward_flops", self.forward_flops)
 
 
+# Kinds of forward kernel work (commsched.profile.estimate's layer model prices each kind):
+# "winograd": a dense 3x3 stride-1 convolution, which cuDNN can run with Winograd's fewer multiplies;
+# "gemm": any other convolution (grouped and depthwise included) or matrix product (linear layers,
+# attention); "memory": every other op that moves data (normalisation, activations, pooling,
+# elementwise adds, softmax, copies), merged into one entry since it has no FLOPs.
+KERNEL_KINDS = ("winograd", "gemm", "memory")
+
+
+@dataclass(frozen=True)
+class KernelWork:
+    """Forward work of one kernel (or, for kind "memory", of all FLOP-free ops together) at the
+    inventory's batch.
+
+    ``flops`` are its torch.utils.flop_counter FLOPs; ``batch_bytes`` the bytes its inputs and outputs
+    hold that grow with the batch (activations), ``fixed_bytes`` those that do not (the parameters and
+    buffers it reads). Views move no bytes and are not counted.
+    """
+
+    kind: str
+    flops: float
+    batch_bytes: float
+    fixed_bytes: float
+
+    def __post_init__(self) -> None:
+        if self.kind not in KERNEL_KINDS:
+            raise CommschedError(f"kernel kind must be one of {', '.join(KERNEL_KINDS)}, got {self.kind!r}")
+        _check_flops(f"{self.kind} kernel flops", self.flops)
+        for what in ("batch_bytes", "fixed_bytes"):
+            v = getattr(self, what)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+                raise CommschedError(f"{self.kind} kernel {what} must be a finite number >= 0, got {v!r}")
+        if self.kind == "memory" and self.flops:
+            raise CommschedError(f"a memory kernel has no FLOPs, got {self.flops!r}")
+
+
 @dataclass(frozen=True)
 class ModelInventory:
     """A model's gradient tensors in the order their gradients become ready (first ready first).
 
     ``forward_flops`` is the whole forward pass for ``batch_size`` samples and equals the sum of the
     tensors' ``forward_flops``; ``parameters`` is the number of trainable elements (sum of ``numel``).
+    ``kernels`` (optional, empty when unknown) splits the same forward pass by kernel kind for the
+    layer model of :func:`commsched.profile.estimate.flop_rate_ratio`; when given, their FLOPs sum to
+    ``forward_flops`` too.
     """
 
     model: str
@@ -61,6 +99,7 @@ class ModelInventory:
     tensors: tuple[GradTensor, ...]
     forward_flops: float
     parameters: int
+    kernels: tuple[KernelWork, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model:
@@ -90,6 +129,16 @@ class ModelInventory:
         if self.parameters != numel:
             raise CommschedError(
                 f"inventory of {self.model!r}: parameters={self.parameters!r} but the tensors hold {numel} elements"
+            )
+        object.__setattr__(self, "kernels", tuple(self.kernels))
+        for k in self.kernels:
+            if not isinstance(k, KernelWork):
+                raise CommschedError(f"inventory of {self.model!r} holds kernel {k!r}, not a KernelWork")
+        in_kernels = sum(k.flops for k in self.kernels)
+        if self.kernels and not math.isclose(in_kernels, self.forward_flops, rel_tol=1e-9, abs_tol=0.5):
+            raise CommschedError(
+                f"inventory of {self.model!r}: kernels' flops sum to {in_kernels!r}, "
+                f"not the model's forward_flops {self.forward_flops!r}"
             )
 
     @property

@@ -10,7 +10,6 @@ import contextlib
 from collections.abc import Callable, Iterator, Mapping
 
 import torch
-import torchvision
 from torch import nn
 
 from commsched.errors import CommschedError
@@ -85,7 +84,7 @@ class VGG16LayerReplacement(nn.Module):
 
     def __init__(self, num_classes: int = 1000) -> None:
         super().__init__()
-        self.features = torchvision.models.vgg16(weights=None).features
+        self.features = _torchvision_models().vgg16(weights=None).features
         self.head = nn.Sequential(
             nn.Conv2d(512, 512, kernel_size=1),
             nn.ReLU(inplace=True),
@@ -98,8 +97,24 @@ class VGG16LayerReplacement(nn.Module):
         return self.head(self.features(x))
 
 
+def _torchvision_models():
+    """``torchvision.models``, imported on first use: the BERT models need no torchvision (the machine
+    ``make gpu-check`` runs on may lack it); without it, building an image model is a CommschedError."""
+    try:
+        import torchvision
+    except ImportError as e:
+        why = str(e)
+
+        class Missing:
+            def __getattr__(self, model: str):
+                raise CommschedError(f"zoo model {model!r} needs torchvision, which cannot be imported ({why})")
+
+        return Missing()
+    return torchvision.models
+
+
 def _builders() -> Mapping[str, Callable[[], nn.Module]]:
-    tv = torchvision.models
+    tv = _torchvision_models()
     return {
         "resnet18": lambda: tv.resnet18(weights=None),
         "resnet50": lambda: tv.resnet50(weights=None),

@@ -21,6 +21,19 @@ Limits (say them to the user, they are not bugs):
   no range keep NCCL's choice.
 - NCCL limits the plugin's channels to the communicator's; a plan that asks for more than NCCL
   made (``NCCL_MIN_NCHANNELS`` / ``min_ctas`` raise it) gets fewer.
+- A non-zero answer replaces NCCL's own bytes-per-channel lowering of small all-reduces, but
+  NCCL's scheduler still fills channels 16 KiB at a time (Simple), so a small bucket runs on at
+  most ceil(bytes / 16 KiB) of them (:mod:`commsched.cost.nccl_launch`, ``mechanism: "tuner"``).
+- **Grouped collectives reach the plugin as one size.** All-reduces of one data type and op issued
+  in one NCCL group (``ncclGroupStart``/``ncclGroupEnd``, e.g. torch's coalesced all-reduces) are
+  aggregated, from the smallest up while under 4 times its size, and NCCL asks the plugin once,
+  with their summed bytes; every all-reduce of the aggregate gets that answer (``ncclPrepareTasks``
+  in NCCL 2.30's enqueue.cc; :func:`commsched.cost.nccl_launch.grouped_sizes`). A table keyed by
+  single bucket sizes then finds no range (NCCL's choice) or another bucket's by chance. The
+  plugin cannot tell a sum from one all-reduce of that size (``numPipeOps`` is NCCL's rough tasks
+  per channel, not the count), so the table can do nothing reliable about it beyond keying the
+  sums of buckets known to be issued together. DDP's reducer and its comm hooks, commsched's
+  included, call one all-reduce per bucket outside any group, so DDP buckets are asked singly.
 - Nothing here has run under NCCL on a GPU; the tests call the library as NCCL's loader does.
 """
 
@@ -46,6 +59,7 @@ __all__ = [
     "TunerRange",
     "TunerTable",
     "build_plugin",
+    "check_plugin_path",
     "plugin_env",
     "table_from_plan",
     "table_text",
@@ -56,6 +70,10 @@ MAGIC = "commsched-nccl-tuner 1"
 MAX_CHANNELS = 64  # NCCL's MAXCHANNELS (src/include/device.h, NCCL 2.30.7)
 SOURCE_NAME = "commsched_tuner.c"
 LIBRARY_NAME = "libcommsched_nccl_tuner.so"
+# NCCL copies NCCL_TUNER_PLUGIN into char libName_[MAX_STR_LEN] with snprintf(libName_, MAX_STR_LEN, ...),
+# MAX_STR_LEN = 255 (src/plugin/plugin_open.cc:16, 81, 86 in NCCL 2.30.7; the same since 2.26): it keeps
+# the first 254 bytes and dlopens those, so a longer path loads no plugin.
+NCCL_PLUGIN_PATH_MAX_BYTES = 254
 
 
 @dataclass(frozen=True)
@@ -147,8 +165,26 @@ def _compiler() -> str:
     raise CommschedError("building the NCCL tuner plugin needs a C compiler: none of $CC, cc, gcc, clang is on PATH")
 
 
+def check_plugin_path(library: str | os.PathLike[str]) -> str:
+    """The library's absolute path, as ``NCCL_TUNER_PLUGIN`` will name it; a :class:`CommschedError`
+    (one line) when it is over :data:`NCCL_PLUGIN_PATH_MAX_BYTES` bytes, the most NCCL keeps: NCCL
+    would cut it, fail to open the cut path and run without the plugin, saying so only at INFO
+    level (src/plugin/plugin_open.cc ``openPluginLib``, src/plugin/tuner.cc ``ncclTunerPluginLoad``)."""
+    path = str(Path(library).resolve())
+    size = len(os.fsencode(path))
+    if size > NCCL_PLUGIN_PATH_MAX_BYTES:
+        raise CommschedError(
+            f"the NCCL tuner plugin's path is {size} bytes, over the {NCCL_PLUGIN_PATH_MAX_BYTES} that NCCL keeps of "
+            f"NCCL_TUNER_PLUGIN (it would cut the path and load no plugin): put the library in a shorter directory "
+            f"than {str(Path(path).parent)!r}"
+        )
+    return path
+
+
 def build_plugin(out_path: str | os.PathLike[str]) -> Path:
-    """Compiles ``commsched_tuner.c`` into a shared library (no CUDA or NCCL headers needed)."""
+    """Compiles ``commsched_tuner.c`` into a shared library (no CUDA or NCCL headers needed); refuses
+    a path NCCL could not load (:func:`check_plugin_path`) before compiling."""
+    check_plugin_path(out_path)
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     source = package_files.files(__name__).joinpath(SOURCE_NAME)
@@ -164,5 +200,6 @@ def build_plugin(out_path: str | os.PathLike[str]) -> Path:
 
 
 def plugin_env(library: str | os.PathLike[str], table_path: str | os.PathLike[str]) -> dict[str, str]:
-    """The variables a job exports so that NCCL loads the plugin with this table."""
-    return {"NCCL_TUNER_PLUGIN": str(Path(library).resolve()), TABLE_ENV: str(Path(table_path).resolve())}
+    """The variables a job exports so that NCCL loads the plugin with this table; refuses a library
+    path NCCL would cut (:func:`check_plugin_path`)."""
+    return {"NCCL_TUNER_PLUGIN": check_plugin_path(library), TABLE_ENV: str(Path(table_path).resolve())}

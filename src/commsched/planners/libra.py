@@ -41,10 +41,13 @@ from commsched.types import ModelProfile
 
 
 def _stage_terms(cost: CostModel, resources: ClusterResources, nbytes: np.ndarray):
-    """Per config (rows) and group size (columns): T_o, T_a and f."""
+    """Per config (rows) and group size (columns): T_o, T_a and f. T_o and T_a are those of the
+    config NCCL runs at each size (on stock NCCL fewer channels for small groups,
+    :meth:`~commsched.cost.contention.ClusterResources.effective`, as the simulator has them); f
+    stays LIBRA's f(R) of the config asked, one per config as the programme needs it."""
     model, configs = resources.contention, resources.allowed
-    t_o = np.array([np.atleast_1d(model.allreduce_s(cost, nbytes, c, True)) for c in configs], dtype=np.float64)
-    t_a = np.array([np.atleast_1d(model.allreduce_s(cost, nbytes, c, False)) for c in configs], dtype=np.float64)
+    t_o = np.array([np.atleast_1d(resources.allreduce_s(cost, nbytes, c, True)) for c in configs], dtype=np.float64)
+    t_a = np.array([np.atleast_1d(resources.allreduce_s(cost, nbytes, c, False)) for c in configs], dtype=np.float64)
     f = np.array([model.compute_factor(c) for c in configs], dtype=np.float64)[:, None]
     return t_o, t_a, f
 

@@ -22,6 +22,7 @@ import numpy as np
 from commsched.cost.contention import ClusterResources, ConstantContention, GridContention, ResourceConfig
 from commsched.cost.models import CostModel
 from commsched.planners.ddp import DDP
+from commsched.planners.libra import Libra
 from commsched.planners.optimal import check_tolerance
 from commsched.planners.optimal_contended import certified, front_search, transitions
 from commsched.sim.contention import resource_events as run_events
@@ -64,7 +65,7 @@ class RSHeuristic:
         order = resources.allowed  # from the least GPU threads to the most
         pb = prefix_bytes(profile)
         last_bytes = pb[ends[-1]] - pb[ends[-2] if nb > 1 else 0]
-        fastest = min(order, key=lambda c: float(resources.contention.allreduce_s(cost, last_bytes, c, False)))
+        fastest = min(order, key=lambda c: float(resources.allreduce_s(cost, last_bytes, c, False)))
         configs = [order[0]] * (nb - 1) + [fastest]
         for j in range(nb - 1):
             chosen, best = None, None
@@ -107,9 +108,15 @@ class Joint:
     with ``tolerance`` 0, within a factor 1 + ``tolerance`` otherwise (the proof in that module;
     where a config's all-reduce runs faster beside compute than alone, against LIBRA's Assumption
     2, the front is ordered by end time plus kappa x progress, and dominated configs are not
-    dropped). The best of DDP's buckets at every
-    config, ``rs-heuristic`` and one bucket at every config bounds the search; if nothing beats that
-    bound (possible only with ``tolerance`` > 0) the bound's plan is returned.
+    dropped).
+
+    The plans of the planners it is claimed to beat seed it (issue 31): ``libra`` (co-optimised,
+    K = 10, Z = 150), ``rs-grid`` (DDP's buckets at the best single config), ``rs-heuristic``, stock
+    DDP (its buckets at the library default config) and one bucket at every config. The best of them
+    bounds the search, and the search's plan is kept only where the simulator scores it below that
+    bound, so ``joint`` is never predicted slower than any of them on the same inputs, whatever
+    ``tolerance`` (the search alone may stop within 1 + ``tolerance`` of the optimum short of
+    one of them).
     """
 
     tolerance: float = 0.01
@@ -122,14 +129,28 @@ class Joint:
         return "exact" if self.tolerance == 0 else f"within {self.tolerance:g} of the optimum"
 
     def assign(self, profile: ModelProfile, cost: CostModel, resources: ClusterResources):
-        n = len(profile.tensors)
-        candidates = [RSGrid().assign(profile, cost, resources), RSHeuristic().assign(profile, cost, resources)]
-        candidates += [((n,), (c,)) for c in resources.allowed]
-        known = min((max(run_events(profile, e, cost, resources, cs)[1]), len(e), e, cs) for e, cs in candidates)
-        ends, configs, end_s = joint_search(profile, cost, resources, self.tolerance, known[0])
-        if not ends or end_s > known[0]:
+        known = min((max(run_events(profile, e, cost, resources, cs)[1]), len(e), e, cs) for e, cs in seed_plans(profile, cost, resources))
+        ends, configs, _ = joint_search(profile, cost, resources, self.tolerance, known[0])
+        if not ends:
             return known[2], known[3]
-        return ends, configs
+        # the simulator has the last word: the search's own estimate of its end is not compared
+        found = max(run_events(profile, ends, cost, resources, configs)[1])
+        return (ends, configs) if found < known[0] else (known[2], known[3])
+
+
+def seed_plans(profile: ModelProfile, cost: CostModel, resources: ClusterResources) -> list:
+    """The plans :class:`Joint` must never be predicted slower than, as (bucket ends, configs):
+    ``libra``'s, ``rs-grid``'s, ``rs-heuristic``'s, stock DDP's (its default buckets, all at the
+    library default config) and one bucket at every allowed config."""
+    n = len(profile.tensors)
+    ddp_ends = DDP().ends(profile, cost)
+    plans = [
+        Libra().assign(profile, cost, resources),
+        RSGrid().assign(profile, cost, resources),
+        RSHeuristic().assign(profile, cost, resources),
+        (ddp_ends, (resources.default,) * len(ddp_ends)),
+    ]
+    return plans + [((n,), (c,)) for c in resources.allowed]
 
 
 def joint_search(
@@ -143,26 +164,26 @@ def joint_search(
     """:class:`Joint`'s search alone: (ends, configs, end of the last all-reduce); empty when
     nothing beats ``upper_bound_s``. ``drop_dominated`` (default: when LIBRA's Assumption 2 holds
     for every config, which it needs) skips configs another makes useless for a bucket."""
-    model, configs = resources.contention, resources.allowed
+    configs = resources.allowed
 
+    # through the cluster's resources, not the model alone: on stock NCCL each size runs as the
+    # config NCCL uses there (ClusterResources.effective), as the simulator scores it
     def option_for(cfg: ResourceConfig):
-        cf = float(model.compute_factor(cfg))
-
         def option(k2, nbytes):
-            alone = np.asarray(model.allreduce_s(cost, nbytes, cfg, False), dtype=np.float64)
-            over = np.asarray(model.allreduce_s(cost, nbytes, cfg, True), dtype=np.float64)
+            alone = np.asarray(resources.allreduce_s(cost, nbytes, cfg, False), dtype=np.float64)
+            over = np.asarray(resources.allreduce_s(cost, nbytes, cfg, True), dtype=np.float64)
             with np.errstate(divide="ignore", invalid="ignore"):
-                return alone, np.where(alone > 0, over / alone, 1.0), cf
+                return alone, np.where(alone > 0, over / alone, 1.0), resources.compute_factor(cfg, nbytes)
 
         return option
 
     def least(nbytes, overlapped_too: bool = True):
-        ts = [np.asarray(model.allreduce_s(cost, nbytes, c, False), dtype=np.float64) for c in configs]
+        ts = [np.asarray(resources.allreduce_s(cost, nbytes, c, False), dtype=np.float64) for c in configs]
         if overlapped_too:
-            ts += [np.asarray(model.allreduce_s(cost, nbytes, c, True), dtype=np.float64) for c in configs]
+            ts += [np.asarray(resources.allreduce_s(cost, nbytes, c, True), dtype=np.float64) for c in configs]
         return np.min(ts, axis=0)
 
-    drop = all(model.never_faster_overlapped(c) for c in configs) if drop_dominated is None else drop_dominated
+    drop = all(resources.never_faster_overlapped(c) for c in configs) if drop_dominated is None else drop_dominated
     options = [option_for(c) for c in configs]
     work, sizes = [t.backward_s for t in profile.tensors], [t.bytes for t in profile.tensors]
     table = transitions(sizes, options, least, lambda b: least(b, False), drop_dominated=drop)

@@ -28,7 +28,7 @@ from commsched.report.progress import progress as progress_bar
 from commsched.models.inventory import remove_all, restored_state, sum_of_means
 from commsched.types import ModelProfile, TensorSpec
 
-__all__ = ["measure_profile", "measure_zoo_profile"]
+__all__ = ["measure_device", "measure_profile", "measure_zoo_profile"]
 
 SEED = 0
 
@@ -169,6 +169,9 @@ def measure_profile(
     if not params:
         raise CommschedError(f"model {name!r} has no trainable parameters")
     device = _device_of(params)
+    if device.type not in ("cpu", "cuda"):
+        # other devices run asynchronously too, and only CUDA events are read here
+        raise CommschedError(f"measure_profile times parameters on the CPU or a CUDA device, got them on {device}")
     is_cuda = device.type == "cuda"
     clock: _CpuClock | _CudaClock = _CudaClock(device) if is_cuda else _CpuClock()
     if device_label is None:
@@ -272,28 +275,61 @@ def _check_orders(orders: list[tuple[int, ...]], names: list[str], model: str) -
     return reference
 
 
+def measure_device(spec: str | None = None, *, cuda_available: bool | None = None, cuda_count: int | None = None) -> torch.device:
+    """The torch device a measured profile runs on: ``spec`` is ``"cpu"``, ``"cuda"`` or ``"cuda:N"``;
+    None means CUDA where torch sees a GPU, else the CPU (a profile measured on the CPU is no
+    profile of a GPU job). Asking for CUDA on a machine without it is a CommschedError.
+    ``cuda_available``/``cuda_count`` default to torch's answers (tests pass their own)."""
+    available = torch.cuda.is_available() if cuda_available is None else cuda_available
+    if spec is None:
+        return torch.device("cuda" if available else "cpu")
+    text = spec.strip().lower() if isinstance(spec, str) else None
+    if text == "cpu":
+        return torch.device("cpu")
+    if text is not None and (text == "cuda" or (text.startswith("cuda:") and text[5:].isdigit())):
+        if not available:
+            raise CommschedError(
+                f"device {spec!r}: this machine has no CUDA device (torch.cuda.is_available() is False); "
+                f"measure with device 'cpu' or on a machine with a GPU"
+            )
+        count = torch.cuda.device_count() if cuda_count is None else cuda_count
+        index = int(text[5:]) if ":" in text else None
+        if index is not None and index >= count:
+            raise CommschedError(f"device {spec!r}: this machine has {count} CUDA device(s), indices 0..{count - 1}")
+        return torch.device(text)
+    raise CommschedError(f"a measuring device is 'cpu', 'cuda' or 'cuda:N', got {spec!r}")
+
+
 def measure_zoo_profile(
     name: str,
     batch_size: int,
     image_size: int | None = None,
     *,
+    device: str | None = None,
     warmup: int = 3,
     iters: int = 10,
     sequential: bool = False,
     progress: bool = False,
 ) -> ModelProfile:
-    """Measured profile of zoo model ``name`` on the CPU at ``batch_size`` samples.
+    """Measured profile of zoo model ``name`` at ``batch_size`` samples on ``device``
+    (:func:`measure_device`: CUDA when torch sees a GPU, else the CPU, unless named).
 
     The model is built with weights from ``torch.manual_seed(0)`` (under a forked RNG, so the caller's
-    global state is untouched), fed :func:`~commsched.models.zoo.example_input` and trained on
-    :func:`~commsched.models.zoo.training_loss`; see :func:`measure_profile` for what is timed.
+    global state is untouched) on the CPU and moved to the device with its inputs
+    (:func:`~commsched.models.zoo.example_input`), and trained on
+    :func:`~commsched.models.zoo.training_loss`; see :func:`measure_profile` for what is timed. The
+    profile's ``device`` is the GPU's name (``torch.cuda.get_device_name``) or ``"cpu"``.
     """
     from commsched.models.zoo import build_model, example_input, runs_on, training_loss
 
+    target = measure_device(device)  # a bad or missing device fails before the model is built
     inputs = example_input(name, batch_size, image_size)  # validates name, batch and image size first
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(SEED)
         model = build_model(name)
+    if target.type != "cpu":
+        model = model.to(target)
+        inputs = tuple(x.to(target) for x in inputs)
     with runs_on(name, inputs):
         return measure_profile(
             model,

@@ -52,7 +52,8 @@ def zoo_profile(
 ) -> ModelProfile:
     """Estimated profile (OSF Eq. 4-6) of zoo model ``name`` at ``batch_size`` on preset ``device_name``.
 
-    ``efficiency`` None means the calibrated c (:data:`~commsched.devices.CALIBRATED_EFFICIENCY`);
+    ``efficiency`` None means the calibrated c (:data:`~commsched.devices.CALIBRATED_EFFICIENCY`),
+    scaled by the model's FLOP rate from its kernels (:func:`~commsched.profile.estimate.flop_rate_ratio`);
     ``dtype`` the gradients' element type (None: the zoo's fp32 parameters).
     """
     dev = device(device_name)  # fail on a bad name before spending CPU time on the model

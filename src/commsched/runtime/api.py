@@ -63,7 +63,7 @@ def plan_for(
     distributed = dist.is_available() and dist.is_initialized()
     if semantics is None:
         semantics = NCCL
-        if distributed and dist.get_backend() == "gloo":
+        if distributed and _serving_backend(model) == "gloo":
             from commsched.runtime.validate import runtime_threads
 
             semantics = Semantics("gloo", runtime_threads())
@@ -116,3 +116,14 @@ def with_unused_parameters(profile: ModelProfile, model: nn.Module, find_unused:
         tensors.append(TensorSpec(n, size.get(n, params[n].numel() * params[n].element_size()), r - t))
         t = r
     return replace(profile, tensors=tuple(tensors))
+
+
+def _serving_backend(model: nn.Module) -> str | None:
+    """The backend that reduces ``model``'s gradients: the default group's backend for the device type
+    of its parameters (``get_backend`` says ``"undefined"`` after a plain ``init_process_group()`` and
+    ``"cpu:gloo,cuda:nccl"`` for a mixed one, so it cannot tell)."""
+    from commsched.runtime.resource_hook import device_backend
+
+    kinds = {p.device.type for p in model.parameters()} or {"cpu"}
+    kind = "cuda" if "cuda" in kinds else kinds.pop()
+    return device_backend(dist.get_backend_config(), kind)

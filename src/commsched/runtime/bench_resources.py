@@ -2,11 +2,14 @@
 (issue 13, item 3).
 
 Measuring (``torchrun --nproc_per_node=N -m commsched bench-resources --out samples.json``, CUDA
-and NCCL only): for each block count B of ``--blocks``, an NCCL group whose all-reduces get B
-channels (by default through commsched's NCCL tuner plugin, item 2; ``--mechanism groups`` uses
-communicators with min_ctas = max_ctas = B instead, see :mod:`commsched.runtime.gpu_bench`) times
-all-reduce alone at each size, and the slowdown of a backward pass (torchvision resnet18, batch 32)
-while all-reduces of that group run beside it on another stream. Threads per block are
+and NCCL only, N >= 2: NCCL runs no kernel for one rank): for each block count B of ``--blocks``,
+an NCCL group whose all-reduces get B channels (by default through commsched's NCCL tuner plugin,
+item 2; ``--mechanism groups`` uses communicators with min_ctas = max_ctas = B instead, see
+:mod:`commsched.runtime.gpu_bench`, which says how each time is taken) times all-reduce alone at
+each size, and the slowdown of a backward pass (torchvision resnet18, batch 32; the backward
+alone, its forward untimed) while all-reduces of that group run beside it on another stream.
+A script can call :func:`commsched.runtime.gpu_bench.measure_resources` with its own world size,
+device and model; the samples record how many GPUs the ranks ran on (``gpus``). Threads per block are
 NCCL_NTHREADS, one value per process: the command measures the configs B x NCCL_NTHREADS (it
 refuses when the variable is unset) and is run once per thread count, and ``--fit`` merges the
 sample files.
@@ -47,24 +50,41 @@ SAMPLES_SCHEMA = "commsched.resource_samples/v1"
 DEFAULT_SIZES = tuple(1 << k for k in range(12, 29, 2))  # 4 KiB .. 256 MiB
 
 
+def check_world_size(world_size: int) -> None:
+    """Refuses fewer than two ranks: NCCL runs no kernel for a one-rank all-reduce (an in-place sum
+    is nothing at all, src/enqueue.cc:3039 and src/device/onerank.cu:49-55 in NCCL 2.30.7), so
+    there is nothing to time."""
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 2:
+        raise CommschedError(
+            f"bench-resources needs at least 2 ranks, got a world size of {world_size!r}: NCCL launches no kernel "
+            "for one rank's all-reduce, so there is nothing to time"
+        )
+
+
 @dataclass(frozen=True)
 class ResourceSamples:
     """Measured on one machine: ``allreduce`` (config, bytes, seconds alone), ``compute`` (config,
-    backward time under that config's all-reduce over backward time alone), ``workers``."""
+    backward time under that config's all-reduce over backward time alone), ``workers`` (ranks),
+    ``gpus`` (how many GPUs those ranks ran on: fewer than ``workers`` when ranks shared a GPU; None
+    where not recorded, as in files written before it was, which ran one rank per GPU)."""
 
     workers: int
     allreduce: tuple[tuple[ResourceConfig, int, float], ...]
     compute: tuple[tuple[ResourceConfig, float], ...]
     device: str = ""
+    gpus: int | None = None
 
     def to_json(self) -> dict:
-        return {
+        doc = {
             "schema": SAMPLES_SCHEMA,
             "workers": self.workers,
             "device": self.device,
             "allreduce": [{**c.to_json(), "bytes": b, "seconds": t} for c, b, t in self.allreduce],
             "compute": [{**c.to_json(), "slowdown": s} for c, s in self.compute],
         }
+        if self.gpus is not None:  # an optional field: v1 readers that predate it ignore it
+            doc["gpus"] = self.gpus
+        return doc
 
 
 def samples_from_json(doc: object, where: str = "samples") -> ResourceSamples:
@@ -79,9 +99,12 @@ def samples_from_json(doc: object, where: str = "samples") -> ResourceSamples:
         compute = tuple(
             (config_from_json({k: e[k] for k in ("blocks", "threads_per_block")}, where), float(e["slowdown"])) for e in doc["compute"]
         )
+        gpus = None if doc.get("gpus") is None else int(doc["gpus"])
     except (KeyError, TypeError, ValueError) as e:
         raise CommschedError(f"{where}: malformed sample ({e})") from e
-    return ResourceSamples(workers, allreduce, compute, str(doc.get("device", "")))
+    if gpus is not None and not 1 <= gpus <= workers:
+        raise CommschedError(f"{where}: gpus must be 1..workers ({workers}), got {gpus}")
+    return ResourceSamples(workers, allreduce, compute, str(doc.get("device", "")), gpus)
 
 
 def merge(samples: Sequence[ResourceSamples]) -> ResourceSamples:
@@ -91,11 +114,16 @@ def merge(samples: Sequence[ResourceSamples]) -> ResourceSamples:
     workers = {s.workers for s in samples}
     if len(workers) != 1:
         raise CommschedError(f"sample files measured with different worker counts {sorted(workers)}: one machine per fit")
+    n = workers.pop()
+    gpus = {n if s.gpus is None else s.gpus for s in samples}
+    if len(gpus) != 1:
+        raise CommschedError(f"sample files measured with the ranks on different numbers of GPUs {sorted(gpus)}: one machine per fit")
     return ResourceSamples(
-        workers.pop(),
+        n,
         tuple(x for s in samples for x in s.allreduce),
         tuple(x for s in samples for x in s.compute),
         next((s.device for s in samples if s.device), ""),
+        None if all(s.gpus is None for s in samples) else gpus.pop(),
     )
 
 
@@ -133,13 +161,19 @@ def fit_resource_cluster(samples: ResourceSamples, default: ResourceConfig, name
         workers=samples.workers,
         allreduce=cost.model,
         source=(
-            f"measured by commsched bench-resources on {samples.workers} GPUs{' (' + samples.device + ')' if samples.device else ''}: "
+            f"measured by commsched bench-resources on {_where(samples)}{' (' + samples.device + ')' if samples.device else ''}: "
             f"{len(configs)} configs, {len(sizes)} sizes; grid contention model, alpha-beta from the default {default.short}"
         ),
         device=samples.device,
         resources=ClusterResources(configs, default, grid),
     )
     return cluster, report
+
+
+def _where(samples: ResourceSamples) -> str:
+    if samples.gpus is not None and samples.gpus < samples.workers:
+        return f"{samples.workers} ranks sharing {samples.gpus} GPU{'s' if samples.gpus > 1 else ''}"
+    return f"{samples.workers} GPUs"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -189,10 +223,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
-def _measure(args: argparse.Namespace) -> int:  # pragma: no cover - needs CUDA GPUs
+def _measure(args: argparse.Namespace) -> int:
+    world = os.environ.get("WORLD_SIZE", "").strip()
+    if world:  # under torchrun: a world it cannot time is refused before anything else
+        check_world_size(int(world) if world.isdigit() else world)
     import torch
 
-    if not torch.cuda.is_available():
+    if not torch.cuda.is_available():  # what follows needs CUDA GPUs (gpu_bench)
         raise CommschedError(
             "bench-resources measures NCCL on GPUs and this machine has no CUDA device "
             "(torch.cuda.is_available() is False); fit samples measured elsewhere with --fit"
@@ -212,4 +249,4 @@ def _measure(args: argparse.Namespace) -> int:  # pragma: no cover - needs CUDA 
     return 0
 
 
-__all__ = ["ResourceSamples", "fit_resource_cluster", "main", "merge", "samples_from_json"]
+__all__ = ["ResourceSamples", "check_world_size", "fit_resource_cluster", "main", "merge", "samples_from_json"]

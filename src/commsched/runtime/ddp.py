@@ -284,7 +284,12 @@ def _broadcast_state(module: nn.Module, group, deadline: float, rank: int, sync_
 
 
 def _comm_device(group, module: nn.Module) -> torch.device:
-    if dist.get_backend(group) == "nccl":
+    """The CPU where the group serves CPU tensors, else its CUDA device: read from the group's
+    backend config (``cuda:nccl`` for ``nccl`` and for a plain ``init_process_group()`` on a GPU,
+    whose ``get_backend`` is ``"undefined"``), not from ``get_backend``."""
+    from commsched.runtime.resource_hook import device_backend
+
+    if device_backend(dist.get_backend_config(group), "cpu") is None:
         p = next(iter(module.parameters()), None)
         return p.device if p is not None and p.is_cuda else torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")

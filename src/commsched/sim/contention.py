@@ -52,6 +52,10 @@ def simulate_resources(
     speed, the all-reduce at 1 / q(c_j, R_j)). With :class:`ConstantContention` this is
     :func:`simulate_contended` with the same two factors; with no contention, :func:`simulate`
     (property tests check both).
+
+    On a stock-NCCL cluster each bucket runs as the config NCCL uses at its size
+    (:meth:`~commsched.cost.contention.ClusterResources.effective`: fewer channels, and fewer
+    threads, for small all-reduces); its span says so (``2x256, runs 1x256``).
     """
     check_ends(ends, len(profile.tensors))
     if len(configs) != len(ends):
@@ -59,7 +63,11 @@ def simulate_resources(
     pb = prefix_bytes(profile)
     per_bucket = resource_terms(pb, ends, cost, resources, configs)
     work = [t.backward_s for t in profile.tensors]
-    return _timeline(profile, ends, pb, _events(profile.forward_s, work, pb, ends, cost, NCCL, per_bucket), [c.short for c in configs])
+    names = []
+    for j, c in enumerate(configs):
+        run = resources.effective(c, pb[ends[j]] - pb[ends[j - 1] if j else 0])
+        names.append(c.short if run == c else f"{c.short}, runs {run.short}")
+    return _timeline(profile, ends, pb, _events(profile.forward_s, work, pb, ends, cost, NCCL, per_bucket), names)
 
 
 def resource_events(
@@ -74,12 +82,14 @@ def resource_events(
 
 def resource_terms(pb, ends, cost: CostModel, resources: ClusterResources, configs: Sequence[ResourceConfig]):
     """Per bucket: its all-reduce's time alone (q + a), the factor p / q by which it slows while
-    compute runs, and compute's time factor under it (:mod:`commsched.cost.contention`)."""
+    compute runs, and compute's time factor under it (:mod:`commsched.cost.contention`), all for
+    the config the bucket runs as at its size (on stock NCCL the channels NCCL uses there,
+    :meth:`~commsched.cost.contention.ClusterResources.effective`; the config itself elsewhere)."""
     model = resources.contention
     alone, slow, cfac = [], [], []
     for j, end in enumerate(ends):
-        cfg = resources.check(configs[j])
         nbytes = pb[end] - pb[ends[j - 1] if j else 0]
+        cfg = resources.effective(resources.check(configs[j]), nbytes)
         q = float(model.allreduce_s(cost, nbytes, cfg, False))
         p = float(model.allreduce_s(cost, nbytes, cfg, True))
         alone.append(q)
