@@ -72,7 +72,9 @@ def test_the_two_line_api(tmp_path, mode):
     """plan_for then commsched.DataParallel or stock DDP with ddp_options; a model with a parameter
     that is never used trains end to end with find_unused_parameters=True."""
     docs = results(run_workers("two_lines.py", [str(tmp_path / "plan.json"), mode]))
-    assert all(d["strategy"] == "optimal" and d["same_on_all_ranks"] for d in docs)
+    # what to run: the optimum, or stock DDP's buckets where it is not predicted 3% faster (plan_for)
+    assert all(d["strategy"] in ("optimal", "ddp") and d["same_on_all_ranks"] for d in docs)
+    assert all(d["strategy"] == "optimal" or d["recommended_over"] == "optimal" for d in docs)
     assert docs[0]["buckets"] == docs[1]["buckets"] >= 1
     for d in docs:
         assert d["in_plan"] == d["params"]  # every trainable parameter, the unused one included

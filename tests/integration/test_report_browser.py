@@ -117,9 +117,11 @@ def test_plan_report(browser, tmp_path):
     assert len(rows) == 8  # every strategy of `plan` on a cluster without resources
 
     buckets = {s["name"]: s["buckets"] for s in data["strategies"]}
-    shown = [data["best"]] + (["ddp"] if data["best"] != "ddp" else [])
+    shown = list(dict.fromkeys([data["recommended"]["strategy"], data["best"], "ddp"]))
     assert [t["strategy"] for t in data["timelines"]] == shown
-    # one .allreduce per all-reduce of each shown timeline: the best plan's buckets plus DDP's
+    marked = _css(browser, "section#plan table.strategies tbody tr.best")
+    assert [r.get_attribute("data-strategy") for r in marked] == [data["recommended"]["strategy"]]
+    # one .allreduce per all-reduce of each shown timeline: the recommended plan's, the fastest's and DDP's
     assert len(_css(browser, "section#plan .allreduce")) == sum(len(buckets[n]) for n in shown) > len(shown)
     for name in shown:
         assert len(_css(browser, f'section#plan g.timeline[data-strategy="{name}"] .allreduce')) == len(buckets[name])

@@ -85,7 +85,8 @@ def test_plan_section_links_each_allreduce_to_its_bucket():
     data = plan_section(cmp).data
     names = [t["name"] for t in data["tensors"]]
     shown = [t["strategy"] for t in data["timelines"]]
-    assert shown == [cmp.best, "ddp"] and cmp.best != "ddp"
+    assert shown == list(dict.fromkeys([cmp.recommended.strategy, cmp.best, "ddp"])) and cmp.best != "ddp"
+    assert data["recommended"] == {"strategy": cmp.recommended.strategy, "reason": cmp.recommended.reason}
     for tl in data["timelines"]:
         plan = cmp.results[tl["strategy"]].plan
         ars = [s for s in tl["spans"] if s["kind"] == "allreduce"]

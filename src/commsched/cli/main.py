@@ -20,9 +20,10 @@ DEFAULT_MODEL = "resnet50"
 # the default is commsched.planners.MIN_GAIN_OVER_DDP (a test checks the text), read only when used:
 # the CLI imports nothing heavy at start-up
 MIN_GAIN_HELP = (
-    "optimal (and the best plan written) keeps stock DDP's default buckets unless a plan is predicted "
-    "at least this fraction faster than them: its iteration at most (1 - G) times theirs (default 0.03: "
-    "the prediction error measured on the emulated cluster; 0: the optimum)."
+    "The recommendation (what to run, and the plan written) is stock DDP's default buckets unless a plan "
+    "is predicted at least this fraction faster than them: its iteration at most (1 - G) times theirs "
+    "(default 0.03: the prediction error measured on the emulated cluster; 0: the fastest plan). "
+    "The optimal row is always the optimum."
 )
 DEFAULT_BATCH = 32
 DEFAULT_DEVICE = "V100"
@@ -129,13 +130,11 @@ def _cluster(spec: str, workers: int | None, algorithm: str | None):
 
 def _planners(
     names: Sequence[str], bucket_mb: float | None, hvd_threshold_mb: float | None, hvd_cycle_ms: float | None, resources: bool = False,
-    min_gain: float = 0.0,
 ):
-    """The named planners (default: every strategy, and the resource ones on a cluster with ``resources``);
-    ``optimal`` with ``min_gain``."""
+    """The named planners (default: every strategy, and the resource ones on a cluster with ``resources``)."""
     from dataclasses import replace
 
-    from commsched.planners import DDP, RESOURCE_STRATEGIES, STRATEGIES, Horovod, Optimal, planner
+    from commsched.planners import DDP, RESOURCE_STRATEGIES, STRATEGIES, Horovod, planner
     from commsched.planners.ddp import MIB, ddp_with_cap
 
     from commsched.types import MAX_BYTES, MAX_SECONDS
@@ -150,8 +149,6 @@ def _planners(
     for p in chosen:
         if isinstance(p, DDP) and bucket_mb is not None:
             p = replace(ddp_with_cap(bucket_mb), name=p.name)
-        if isinstance(p, Optimal):
-            p = replace(p, min_gain=min_gain)
         if isinstance(p, Horovod):
             if hvd_threshold_mb is not None:
                 p = replace(p, threshold_bytes=int(hvd_threshold_mb * MIB))
@@ -313,13 +310,13 @@ def _strategy_options(f):
     help="Execution semantics of the runtime that runs the plan: nccl, gloo, or a semantics JSON (validate writes one).",
 )
 @click.option("--min-gain", type=float, default=None, help=MIN_GAIN_HELP)
-@click.option("--json", "as_json", is_flag=True, help="Print {strategies, best} as one JSON document on stdout.")
+@click.option("--json", "as_json", is_flag=True, help="Print {strategies, best, recommended} as one JSON document on stdout (best: the fastest; recommended: what to run).")
 @click.option("--out", "out_dir", default=None, help="Directory for plan.json, ddp_options.json, trace.json, gantt.png (default out/).")
 def plan(
     profile_paths, models, batch_size, device, image_size, efficiency, dtype, cluster_spec, strategies, bucket_mb,
     horovod_threshold_mb, horovod_cycle_ms, workers, algorithm, runtime_spec, min_gain, as_json, out_dir,
 ) -> None:
-    """Plan one model with every strategy; compare predicted iteration times; write the best plan."""
+    """Plan one model with every strategy; compare predicted iteration times; write the recommended plan."""
     from commsched.compare import compare
     from commsched.io import plan_to_json
 
@@ -331,15 +328,23 @@ def plan(
 
     min_gain = MIN_GAIN_OVER_DDP if min_gain is None else min_gain
     check_min_gain(min_gain, "--min-gain")
-    planners = _planners(strategies, bucket_mb, horovod_threshold_mb, horovod_cycle_ms, cluster.resources is not None, min_gain)
+    planners = _planners(strategies, bucket_mb, horovod_threshold_mb, horovod_cycle_ms, cluster.resources is not None)
     device = device or cluster.device or DEFAULT_DEVICE
     profiles = _profiles(profile_paths, models or ([] if profile_paths else [DEFAULT_MODEL]), batch_size, device, image_size, efficiency, dtype)
     (prof,) = profiles.values()
     from commsched.io import dumps
 
     cmp = compare(prof, cluster, planners, _semantics(runtime_spec), min_gain)
-    best = cmp.best
-    doc = {"strategies": {k: plan_to_json(r.plan) for k, r in cmp.results.items()}, "best": best} if as_json else None
+    rec = cmp.recommended
+    doc = (
+        {
+            "strategies": {k: plan_to_json(r.plan) for k, r in cmp.results.items()},
+            "best": cmp.best,  # the fastest predicted
+            "recommended": {**rec.to_json(), "plan": plan_to_json(cmp.result(rec.strategy).plan)},  # what to run
+        }
+        if as_json
+        else None
+    )
     text = dumps(doc, "plan --json", indent=2) if as_json else None
     # Every file, plot included, is written before anything is printed: a failure (an unwritable
     # directory, a full disk) is then one error line with nothing on stdout, never a table followed
@@ -353,7 +358,7 @@ def plan(
     else:
         _print_comparison(cmp)
     if out is not None:
-        click.echo(f"best: {best}; wrote {out}/plan.json, {out}/ddp_options.json, {out}/trace.json, {out}/gantt.png, {out}/report.html", err=True)
+        click.echo(f"recommended: {rec.strategy}; wrote {out}/plan.json, {out}/ddp_options.json, {out}/trace.json, {out}/gantt.png, {out}/report.html", err=True)
 
 
 def _print_comparison(cmp) -> None:
@@ -383,11 +388,11 @@ def _print_comparison(cmp) -> None:
         cols.append("resources")
     for col in cols:
         t.add_column(col, justify="left" if col == "strategy" else "right")
-    best = cmp.best
-    for name, r in sorted(cmp.results.items(), key=lambda kv: kv[1].timeline.iteration_s):
+    rec = cmp.recommended
+    for name, r in sorted(cmp.rows.items(), key=lambda kv: kv[1].timeline.iteration_s):
         tl = r.timeline
         t.add_row(
-            f"[bold]{escape(name)}[/bold]" if name == best else escape(name),
+            f"[bold]{escape(name)} *[/bold]" if name == rec.strategy else escape(name),
             f"{tl.iteration_s * 1e3:.2f}",
             f"{tl.compute_s * 1e3:.2f}",
             f"{tl.non_overlapped_comm_s * 1e3:.2f}",
@@ -396,13 +401,8 @@ def _print_comparison(cmp) -> None:
             f"{r.speedup_vs_ddp:.3f}x",
             *([_resources_short(r.plan, c.resources)] if c.resources is not None else []),
         )
-    t_best = cmp.results[best].timeline.iteration_s
-    if cmp.min_gain and any(r.timeline.iteration_s < t_best * (1 - 1e-9) for r in cmp.results.values()):
-        t.caption = (
-            f"{best}: stock DDP's default buckets are kept, no plan being predicted at least {cmp.min_gain:g} "
-            "faster than them (--min-gain)"
-        )
-        t.caption_justify = "left"
+    t.caption = escape(f"* recommended (what to run): {rec.strategy}, {rec.reason}")
+    t.caption_justify = "left"
     Console(width=max(120, Console().width)).print(t)
 
 
@@ -450,28 +450,29 @@ def _describe_semantics(sem) -> str:
 
 
 def _write_plan_outputs(cmp, out: Path) -> None:
+    """plan.json and ddp_options.json of the recommended plan (what to run), the trace of every
+    strategy, the Gantt chart of the recommended, fastest and default DDP's timelines, the report."""
     from commsched.ddp_buckets import ddp_options_doc
     from commsched.io import plan_to_json, write_json
     from commsched.report.plots import check_timelines, gantt_png
     from commsched.report.trace import chrome_trace
 
-    best = cmp.best
-    shown = {best: cmp.results[best].timeline}
-    if "ddp" in cmp.results and best != "ddp":
-        shown["ddp"] = cmp.results["ddp"].timeline
+    rows = cmp.rows
+    rec = cmp.recommended.strategy
+    shown = {name: rows[name].timeline for name in dict.fromkeys([rec, cmp.best, "ddp"]) if name in rows}
     check_timelines(shown)  # what the plot needs, before any file is written
     from commsched.report.html import plan_section, render_html
 
     section = plan_section(cmp)
     page = render_html([section])  # rendered (and checked for non-finite numbers) before any write
-    write_json(out / "plan.json", plan_to_json(cmp.results[best].plan))
-    write_json(out / "ddp_options.json", ddp_options_doc(cmp.results[best].plan))  # commsched.ddp_options/v1
-    if any(b.resources is not None for b in cmp.results[best].plan.buckets):
+    plan = rows[rec].plan
+    write_json(out / "plan.json", plan_to_json(plan))
+    write_json(out / "ddp_options.json", ddp_options_doc(plan))  # commsched.ddp_options/v1
+    if any(b.resources is not None for b in plan.buckets):
         from commsched.nccl_tuner import table_from_plan, table_text
 
-        plan = cmp.results[best].plan
         (out / "nccl_tuner_table.txt").write_text(table_text(table_from_plan(plan), f"strategy {plan.strategy}, model {plan.model}"))
-    ordered = {best: cmp.results[best].timeline} | {k: r.timeline for k, r in cmp.results.items() if k != best}
+    ordered = {rec: rows[rec].timeline} | {k: r.timeline for k, r in rows.items() if k != rec}
     write_json(out / "trace.json", chrome_trace(ordered))
     p = cmp.profile
     gantt_png(shown, out / "gantt.png", title=f"{p.model} on {cmp.cluster.name} ({cmp.cluster.workers} workers)")

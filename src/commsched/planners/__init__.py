@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 from commsched.errors import CommschedError
 from commsched.planners.adafusion import AdaFusion
 from commsched.planners.base import Planner, make_plan
@@ -32,12 +34,20 @@ def planner(name: str) -> Planner:
         raise CommschedError(f"unknown strategy {name!r}; choose from {', '.join(known)}") from None
 
 
-def planner_for(name: str, semantics: Semantics = NCCL, tolerance: float = 0.01, min_gain: float = 0.0) -> Planner:
-    """The named strategy, planning for ``semantics`` where it can: ``optimal`` does (keeping stock
-    DDP's default buckets unless it predicts ``min_gain`` over them, :class:`Optimal`); the published
-    strategies keep their own rules (they are scored under the semantics by :func:`make_plan`)."""
+def planner_for(name: str, semantics: Semantics = NCCL, tolerance: float = 0.01, min_gain: float | None = None) -> Planner:
+    """The named strategy, planning for ``semantics`` where it can: ``optimal`` does (the optimum,
+    :class:`Optimal`); the published strategies keep their own rules (they are scored under the
+    semantics by :func:`make_plan`). ``min_gain`` is no longer the planner's: what to run is the
+    recommendation's call (:func:`commsched.compare.recommend`); passing it warns and changes nothing."""
+    if min_gain is not None:
+        warnings.warn(
+            "planner_for(min_gain=...) is deprecated and ignored: optimal is always the optimum; "
+            "commsched.compare.recommend decides whether to run it rather than stock DDP's buckets",
+            DeprecationWarning,
+            stacklevel=2,
+        )
     p = planner(name)
-    return Optimal(semantics, tolerance=tolerance, min_gain=min_gain) if isinstance(p, Optimal) else p
+    return Optimal(semantics, tolerance=tolerance) if isinstance(p, Optimal) else p
 
 
 __all__ = [

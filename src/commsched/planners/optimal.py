@@ -43,8 +43,8 @@ from commsched.sim.semantics import NCCL, Semantics
 from commsched.sim.timeline import prefix_bytes
 from commsched.types import ModelProfile
 
-# What ``validate``, ``plan_for`` and ``commsched plan`` ask of `optimal` before it replaces stock
-# DDP's default buckets: the 90th percentile (2.7%) of the error of fused plans' predicted ratio to
+# What ``validate``, ``plan_for`` and ``commsched plan`` ask of a plan before they recommend it over
+# stock DDP's default buckets (:func:`commsched.compare.recommend`): the 90th percentile (2.7%) of the error of fused plans' predicted ratio to
 # stock DDP's defaults, over the stored emulated-cluster runs of seven models at 500 Mbit/s and
 # 2 Gbit/s (``benchmarks/launch_ratio_check.py``, BENCHMARKS.md, "Keep stock DDP's buckets unless").
 MIN_GAIN_OVER_DDP = 0.03
@@ -180,38 +180,30 @@ class Optimal:
       (planned with the one-in-flight compute slowdown), the plain optimum, one bucket and stock
       DDP's default buckets, and :meth:`exact_for` says so.
 
-    ``min_gain`` (a fraction, default 0): the result is stock DDP's default buckets (:class:`DDP`)
-    unless the best plan found is predicted at least that much faster than them under
-    ``semantics``. A plan is worth applying only when its predicted gain clears the error of the
-    prediction: the planner picks the plan whose prediction is the most favourable, so its error
-    leans that way (on the emulated cluster `optimal`'s predicted gain over stock DDP was too high
-    in 11 of 17 runs, by 1.8-3.3% in 4, predicted again from the runs' numbers, and one plan
-    planned 1.4% faster ran 0.4% slower). ``validate``,
-    ``plan_for`` and ``commsched plan`` use :data:`MIN_GAIN_OVER_DDP`; ``Optimal()`` is the optimum.
+    It is always the optimum (as far as :meth:`exact_for` says): whether to *run* it rather than
+    stock DDP's default buckets is the recommendation's call (:func:`commsched.compare.recommend`,
+    which asks a predicted gain of at least :data:`MIN_GAIN_OVER_DDP`).
     """
 
     semantics: Semantics = NCCL
     tolerance: float = 0.01
-    min_gain: float = 0.0
     name: str = "optimal"
 
     def __post_init__(self) -> None:
         if not isinstance(self.semantics, Semantics):
             raise CommschedError(f"semantics must be a Semantics, got {type(self.semantics).__name__}")
         check_tolerance(self.tolerance)
-        check_min_gain(self.min_gain)
 
     def exact_for(self) -> str:
         """How the result relates to the optimum under ``semantics``."""
-        kept = f"; stock DDP's default buckets unless {self.min_gain:g} faster" if self.min_gain else ""
         if not self.semantics.serial_equivalent or self.semantics.launch_compute_s:
             return (
                 "not proven: the best of the serial optimum, the plain optimum, one bucket and stock DDP's buckets (concurrent "
-                "all-reduces gain, slow compute more than one, or slow down by size under compute; or launches cost compute)" + kept
+                "all-reduces gain, slow compute more than one, or slow down by size under compute; or launches cost compute)"
             )
         if not self.semantics.contended:
-            return "exact" + kept
-        return ("exact" if self.tolerance == 0 else f"within {self.tolerance:g} of the optimum") + kept
+            return "exact"
+        return "exact" if self.tolerance == 0 else f"within {self.tolerance:g} of the optimum"
 
     def ends(self, profile: ModelProfile, cost: CostModel) -> tuple[int, ...]:
         from commsched.planners.ddp import DDP
@@ -220,15 +212,12 @@ class Optimal:
         sizes = [t.bytes for t in profile.tensors]
         plain, _ = optimal_ends(profile.ready_s, sizes, cost)
         best = plain if not sem.contended else self._serial_optimum(profile, cost, plain)
-        stock = DDP().ends(profile, cost)
         if not (sem.serial_equivalent and not sem.launch_compute_s):
+            stock = DDP().ends(profile, cost)
             # the serial optimum is not the runtime's: score the candidates as the runtime runs them
             one = (len(profile.tensors),)
             best = min((simulate_run(profile, e, cost, sem).iteration_s, len(e), e) for e in {best, plain, one, stock})[2]
-        if not self.min_gain or best == stock:
-            return best
-        t_best, t_stock = (simulate_run(profile, e, cost, sem).iteration_s for e in (best, stock))
-        return best if t_best <= t_stock * (1.0 - self.min_gain) else stock
+        return best
 
     def _serial_optimum(self, profile: ModelProfile, cost: CostModel, plain: tuple[int, ...]) -> tuple[int, ...]:
         """The optimum of the serial run under this contention, without launch costs (what

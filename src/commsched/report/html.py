@@ -19,9 +19,10 @@ Inputs (each a :class:`ReportSection`):
 Test hooks, stable: every section is ``<section id="plan|scale|validate">``; its table is
 ``table.strategies`` with one ``tr[data-strategy]`` per strategy (scale: per model, algorithm and
 strategy series; validate: stock DDP's reference row has ``data-reference`` instead). The plan
-section draws one ``.allreduce`` element per all-reduce **of each shown timeline** (the best plan's
-and, when it is not the best, default DDP's), inside ``g.timeline[data-strategy]``, so the page
-holds ``buckets(best) + buckets(ddp)`` of them; the bucket layout has one ``.bucket`` per bucket of
+section draws one ``.allreduce`` element per all-reduce **of each shown timeline** (the recommended
+plan's, then the fastest plan's and default DDP's where they are other strategies), inside
+``g.timeline[data-strategy]``, so the page holds the sum of their bucket counts; the row of the
+recommended strategy has class ``best``; the bucket layout has one ``.bucket`` per bucket of
 every strategy. Hover text is each element's ``data-tip``, shown in ``#tooltip``.
 """
 
@@ -107,11 +108,13 @@ def _interval(doc: Mapping, key: str, where: str) -> list[float]:
 
 
 def plan_section(cmp: Comparison) -> ReportSection:
-    """The table (every strategy), the best plan's and default DDP's timelines, every bucket layout."""
+    """The table (every strategy), the recommended, fastest and default DDP's timelines, every bucket layout."""
     p, c = cmp.profile, cmp.cluster
     index = {t.name: i for i, t in enumerate(p.tensors)}
     best = cmp.best
-    ordered = sorted(cmp.results.items(), key=lambda kv: kv[1].timeline.iteration_s)
+    rec = cmp.recommended
+    rows = cmp.rows
+    ordered = sorted(rows.items(), key=lambda kv: kv[1].timeline.iteration_s)
     strategies = []
     for name, r in ordered:
         tl = r.timeline
@@ -128,11 +131,11 @@ def plan_section(cmp: Comparison) -> ReportSection:
                 "buckets": [{"tensors": [index[n] for n in b.tensors], "bytes": b.bytes, "resources": b.resources} for b in r.plan.buckets],
             }
         )
-    shown_names = [best] + (["ddp"] if "ddp" in cmp.results and best != "ddp" else [])
+    shown_names = list(dict.fromkeys([rec.strategy, best] + (["ddp"] if "ddp" in rows else [])))
     timelines = []
     for name in shown_names:
-        tl = cmp.results[name].timeline
-        n_buckets = len(cmp.results[name].plan.buckets)
+        tl = rows[name].timeline
+        n_buckets = len(rows[name].plan.buckets)
         spans, j = [], 0
         for s in tl.spans:
             span = {"kind": s.kind, "name": s.name, "start_s": s.start_s, "end_s": s.end_s}
@@ -154,6 +157,7 @@ def plan_section(cmp: Comparison) -> ReportSection:
         "cluster": {"name": c.name, "workers": c.workers, "allreduce": getattr(c.allreduce, "algorithm", None) or c.allreduce.to_json()["model"]},
         "runtime": sem.backend if sem.threads == 1 else f"{sem.backend} ({sem.threads} threads)",
         "best": best,
+        "recommended": {"strategy": rec.strategy, "reason": rec.reason},
         "tensors": [{"name": t.name, "bytes": t.bytes, "ready_s": r} for t, r in zip(p.tensors, p.ready_s)],
         "strategies": strategies,
         "timelines": timelines,
@@ -194,6 +198,13 @@ def check_plan_data(doc: object, where: str) -> dict:
                 raise CommschedError(f"{wb}: resources must be an object or null, got {shown(b['resources'])}")
     if doc["best"] not in names:
         raise CommschedError(f"{where}: best {shown(doc['best'])} is not one of the strategies")
+    rec = doc.get("recommended")  # absent in pages written before the recommendation existed
+    if rec is not None:
+        if not isinstance(rec, dict):
+            raise CommschedError(f"{where}: recommended must be an object, got {shown(rec)}")
+        if _str(rec, "strategy", f"{where}: recommended") not in names:
+            raise CommschedError(f"{where}: recommended {shown(rec['strategy'])} is not one of the strategies")
+        _str(rec, "reason", f"{where}: recommended")
     for i, tl in enumerate(_list(doc, "timelines", where)):
         w = f"{where}: timelines[{i}]"
         if _str(tl, "strategy", w) not in names:
@@ -505,12 +516,13 @@ _JS = r"""
     d.strategies.forEach(function (s) { byName[s.name] = s; });
     el("h2", {}, sec, d.title);
     el("p", {"class": "note"}, sec, "batch " + d.batch_size + " per worker on " + d.device + " (" + d.profile_source + " profile), " +
-      d.cluster.workers + " workers, all-reduce " + d.cluster.allreduce + ", runtime " + d.runtime + "; predicted, per iteration. Best: " + d.best + ".");
+      d.cluster.workers + " workers, all-reduce " + d.cluster.allreduce + ", runtime " + d.runtime + "; predicted, per iteration. Fastest: " + d.best + "." +
+      (d.recommended ? " Recommended (what to run): " + d.recommended.strategy + ", " + d.recommended.reason + "." : ""));
     el("h3", {}, sec, "Strategies");
     var tb = table(sec, ["strategy", "iteration ms", "compute ms", "non-overlapped comm ms", "scaling factor", "buckets", "speedup vs DDP"]);
     d.strategies.forEach(function (s) {
       row(tb, [s.name, ms(s.iteration_s), ms(s.compute_s), ms(s.non_overlapped_comm_s), s.scaling_factor.toFixed(3),
-        s.buckets.length, s.speedup_vs_ddp.toFixed(3) + "x"], {"data-strategy": s.name, "class": s.name === d.best ? "best" : null});
+        s.buckets.length, s.speedup_vs_ddp.toFixed(3) + "x"], {"data-strategy": s.name, "class": s.name === (d.recommended ? d.recommended.strategy : d.best) ? "best" : null});
     });
 
     el("h3", {}, sec, "Timeline: " + d.timelines.map(function (t) { return t.strategy; }).join(" vs "));

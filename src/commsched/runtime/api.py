@@ -19,7 +19,7 @@ from dataclasses import replace
 from commsched.cost.cluster import ClusterSpec, preset
 from commsched.errors import CommschedError
 from commsched.io import load_cluster
-from commsched.planners import MIN_GAIN_OVER_DDP, make_plan, planner, planner_for
+from commsched.planners import DDP, MIN_GAIN_OVER_DDP, make_plan, planner, planner_for
 from commsched.sim.semantics import NCCL, Semantics
 from commsched.types import ModelProfile, Plan, TensorSpec
 
@@ -44,10 +44,13 @@ def plan_for(
     plan, or rank 0's error: plans made from each rank's own timings could differ, and DataParallel
     refuses ranks that disagree.
 
-    ``optimal`` keeps stock DDP's default buckets unless its plan is predicted at least ``min_gain``
-    (a fraction) faster than them: the error measured of such predictions (:class:`Optimal`). Not
-    with ``find_unused_parameters=True``: DDP then lays its default caps over the definition order,
-    a layout :class:`Optimal` does not compute, so the plan is the optimum.
+    The plan returned is what to run. With ``optimal`` that is the optimum only if it is predicted at
+    least ``min_gain`` (a fraction) faster than stock DDP's default buckets, the error measured of
+    such predictions; else it is stock DDP's default buckets (strategy ``"ddp"``, with the optimum's
+    name and the reason in ``params["recommended_over"]`` and ``params["reason"]``:
+    :func:`commsched.compare.recommend`). Not with ``find_unused_parameters=True``: DDP then lays
+    its default caps over the definition order, a layout :class:`Optimal` does not compute, so the
+    plan is the optimum.
 
     Trainable parameters that got no gradient in the measured steps are an error naming them,
     unless ``find_unused_parameters=True`` (then train DDP with the same flag). DDP never rebuilds
@@ -73,8 +76,9 @@ def plan_for(
         try:
             profile = measure_profile(model, example_inputs, loss_fn, name=type(model).__name__, iters=iters, warmup=warmup)
             profile = with_unused_parameters(profile, model, find_unused_parameters)
-            gain = 0.0 if find_unused_parameters else min_gain  # no baseline there (above)
-            plan = make_plan(planner_for(chosen.name, semantics, min_gain=gain), profile, spec.allreduce, semantics)
+            plan = make_plan(planner_for(chosen.name, semantics), profile, spec.allreduce, semantics)
+            if chosen.name == "optimal" and not find_unused_parameters:  # no stock layout to keep there (above)
+                plan = _recommended(plan, make_plan(DDP(), profile, spec.allreduce, semantics), min_gain)
         except Exception as e:  # noqa: BLE001 - every rank raises it: a rank left waiting for the plan would hang
             if not distributed:
                 raise
@@ -127,3 +131,16 @@ def _serving_backend(model: nn.Module) -> str | None:
     kinds = {p.device.type for p in model.parameters()} or {"cpu"}
     kind = "cuda" if "cuda" in kinds else kinds.pop()
     return device_backend(dist.get_backend_config(), kind)
+
+
+def _recommended(plan: Plan, stock: Plan, min_gain: float) -> Plan:
+    """``plan``, or ``stock`` (stock DDP's default buckets, with the reason) where ``plan`` is not
+    predicted at least ``min_gain`` faster (:func:`commsched.compare.recommend`)."""
+    from commsched.compare import recommend
+
+    assert plan.predicted is not None and stock.predicted is not None
+    same = tuple(b.tensors for b in plan.buckets) == tuple(b.tensors for b in stock.buckets)
+    rec = recommend({plan.strategy: plan.predicted.iteration_s}, (plan.strategy,) if same else (), stock.predicted.iteration_s, min_gain)
+    if not rec.stock_kept:
+        return plan
+    return replace(stock, params={**stock.params, "recommended_over": plan.strategy, "reason": rec.reason})

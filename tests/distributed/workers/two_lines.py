@@ -73,7 +73,7 @@ def main() -> None:
     everyone = [torch.zeros_like(flat) for _ in range(dist.get_world_size())]
     dist.all_gather(everyone, flat)
     exact = dp.expression.exact if isinstance(dp, commsched.DataParallel) else None
-    common.emit({"rank": rank, "strategy": loaded.strategy, "buckets": len(loaded.buckets), "exact": exact,
+    common.emit({"rank": rank, "strategy": loaded.strategy, "recommended_over": loaded.params.get("recommended_over"), "buckets": len(loaded.buckets), "exact": exact,
                  "in_plan": sorted(loaded.tensor_order), "params": sorted(n for n, _ in model.named_parameters()),
                  "max_rel_diff": common.max_rel_diff(model, ref_model),
                  "same_on_all_ranks": all(torch.equal(everyone[0], e) for e in everyone)})
