@@ -177,6 +177,7 @@ def test_nccl_log_shows_the_plugin_and_each_all_reduces_channels():
     assert older.loaded and older.name == "commsched" and older.abi_version is None and older.ranges is None
     missing = plugin_state(P + "TUNER/Plugin: Could not find: libnope.so. Using internal tuner plugin.")
     assert not missing.loaded and missing.problems
+    assert not plugin_state(P + "TUNER/Plugin: Using internal tuner plugin.").loaded  # NCCL 2.26's line when it loaded none
     assert not plugin_state(P + "commsched NCCL tuner: 4 size ranges from t.txt").loaded  # the plugin's word is not NCCL's
 
     lines = coll_lines(LOG)
@@ -416,3 +417,102 @@ def test_the_gpu_path_with_stand_in_workers_writes_every_artifact(tmp_path, monk
     assert audit(out) == []
     summary = (out / "summary.md").read_text()
     assert "## profile --measure vs --from-trace" in summary and "## contention" in summary
+
+
+@pytest.mark.parametrize("nccl", [(2, 30, 7), (2, 28, 9)])
+def test_without_a_c_compiler_the_groups_channels_are_still_checked(tmp_path, monkeypatch, nccl):
+    """The min/max-CTA groups need no plugin: on a GPU machine without a C compiler (NCCL >= 2.30)
+    the nccl-tuner step still runs and checks their channels, and says the plugin part was skipped;
+    with an older NCCL there is nothing left to check and the step is skipped."""
+    from commsched.gpu_check import driver
+
+    workers = _stand_in_workers(tmp_path, nccl)
+
+    def run_worker(name, args, timeout_s, work, env=None):
+        res = workers(name, args, timeout_s, work, env)
+        if name == "versions":
+            res[0]["details"]["c_compiler"] = None
+        if name == "channels":
+            assert args["mechanism"] == "groups" and "NCCL_TUNER_PLUGIN" not in env
+        return res
+
+    monkeypatch.setattr(driver, "run_worker", run_worker)
+    monkeypatch.setattr(driver, "run_command", lambda cmd, timeout_s, env=None, cwd=None: (0, "t.py::t PASSED\n", 1.0))
+    out = tmp_path / "out"
+    driver.Check(out, echo=lambda *a, **k: None).run()
+    tuner = {s["name"]: s for s in json.loads((out / "results.json").read_text())["steps"]}["nccl-tuner"]
+    if nccl < (2, 30, 0):
+        assert tuner["status"] == "skipped" and "no C compiler" in tuner["why"] and "older than 2.30" in tuner["why"]
+        return
+    assert tuner["status"] == "ok", tuner["why"]
+    assert list(tuner["details"]).count("groups") == 1 and "tuner" not in tuner["details"]
+    assert all(row["ok"] for row in tuner["details"]["groups"]["channels"])
+    assert any("no C compiler" in n for n in tuner["notes"]) and "groups' blocks" in tuner["why"]
+
+
+def test_a_plugin_that_does_not_build_fails_the_step_but_the_groups_are_still_checked(tmp_path, monkeypatch):
+    from commsched import nccl_tuner
+    from commsched.errors import CommschedError
+    from commsched.gpu_check import driver
+
+    def broken(out_path):
+        raise CommschedError("cc exited 1: stdio.h: No such file or directory")
+
+    monkeypatch.setattr(nccl_tuner, "build_plugin", broken)
+    monkeypatch.setattr(driver, "run_worker", _stand_in_workers(tmp_path))
+    monkeypatch.setattr(driver, "run_command", lambda cmd, timeout_s, env=None, cwd=None: (0, "t.py::t PASSED\n", 1.0))
+    out = tmp_path / "out"
+    driver.Check(out, echo=lambda *a, **k: None).run()
+    tuner = {s["name"]: s for s in json.loads((out / "results.json").read_text())["steps"]}["nccl-tuner"]
+    assert tuner["status"] == "failed" and "stdio.h" in tuner["why"]
+    assert all(row["ok"] for row in tuner["details"]["groups"]["channels"])
+
+
+def test_the_cuda_tests_that_launch_ranks_run_last(tmp_path):
+    """Single-process CUDA tests run before the ones that start ranks (slow, and a hang there must not
+    cost the others their result within the step's time limit)."""
+    from commsched.gpu_check.driver import cuda_test_files
+
+    (tmp_path / "tests" / "distributed").mkdir(parents=True)
+    (tmp_path / "tests" / "unit").mkdir()
+    (tmp_path / "tests" / "distributed" / "test_a.py").write_text("@pytest.mark.cuda\ndef test(): run_workers('w.py', [])\n")
+    (tmp_path / "tests" / "unit" / "test_b.py").write_text("@pytest.mark.cuda\ndef test(): subprocess.run(['python', '-m', 'torch.distributed.run'])\n")
+    (tmp_path / "tests" / "unit" / "test_c.py").write_text("@pytest.mark.cuda\ndef test(): pass\n")
+    (tmp_path / "tests" / "unit" / "test_d.py").write_text("def test(): pass\n")
+    assert cuda_test_files(tmp_path) == ["tests/unit/test_c.py", "tests/distributed/test_a.py", "tests/unit/test_b.py"]
+    files = cuda_test_files(ROOT)
+    assert files[:2] == sorted(files[:2]) and {"tests/unit/test_measure.py", "tests/unit/test_from_trace_measured.py"} == set(files[:2])
+
+
+class _SlowReader(threading.Barrier):
+    """A barrier whose rank-1 thread is slow to go on after each wait (a thread the GIL or the OS
+    holds back just after the barrier lets it through)."""
+
+    def wait(self, timeout=None):
+        i = super().wait(timeout)
+        if threading.current_thread().name == "r1":
+            time.sleep(0.05)
+        return i
+
+
+def test_two_ranks_agree_on_every_hold_even_when_one_retries_at_once():
+    """held_time_s asks both ranks whether the hold outlasted their launches, and a rank retries at
+    once when not: the first answer of each try must reach both ranks before either writes its next
+    one, or they disagree and run different numbers of batches (a hang in NCCL)."""
+    from commsched.gpu_check.steps import _agreement
+
+    barrier, shared = _SlowReader(2, timeout=10), {}
+    answers = {0: [], 1: []}
+    tries = {0: [False, True], 1: [True, True]}  # rank 0 ran out of hold on the first try
+
+    def rank(r):
+        agree = _agreement(shared, barrier, r)
+        for held in tries[r]:
+            answers[r].append(agree(held))
+
+    threads = [threading.Thread(target=rank, args=(r,), name=f"r{r}") for r in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert answers[0] == answers[1] == [False, True]

@@ -10,14 +10,16 @@ more, and the whole run stays under :data:`TOTAL_BUDGET_S` (7.5 minutes):
 =============  ========  ==================================================================================
 step           budget    what
 =============  ========  ==================================================================================
-versions       45 s      torch, torch's CUDA, NCCL (``torch.cuda.nccl.version()``), the GPU, torchvision, cc
-cuda-tests     120 s     ``pytest -m cuda`` over the test files that mark tests ``cuda``
+versions       30 s      torch, torch's CUDA, NCCL (``torch.cuda.nccl.version()``), the GPU, torchvision, cc
+cuda-tests     135 s     ``pytest -m cuda`` over the test files that mark tests ``cuda`` (those that start
+                         ranks last: :func:`cuda_test_files`)
 profiles       100 s     two zoo models: ``profile --measure --device cuda``, a torch.profiler trace of the
                          same model and batch, ``profile --from-trace`` of it; same tensors in the same order,
                          forward and total backward within 10%
 nccl-tuner     80 s      the tuner plugin built and loaded by NCCL (NCCL's own log); with NCCL >= 2.30, two
                          ranks on the GPU: the channels each all-reduce ran with (NCCL's tuning log) equal
                          the plugin's table and the min/max-CTA groups' blocks, at sizes NCCL does not lower
+                         (without a C compiler, the groups alone)
 contention     100 s     a zoo model's backward pass alone and beside all-reduces of 1, 2, 4, 8 blocks (two
                          ranks on one GPU, NCCL >= 2.30) or beside a copy kernel on k blocks (older NCCL):
                          a ``commsched.resource_samples/v1`` file, fitted by ``bench-resources --fit``
@@ -109,8 +111,8 @@ class StepSpec:
 
 
 STEPS = (
-    StepSpec("versions", 45, "python, torch, CUDA, NCCL, GPU"),
-    StepSpec("cuda-tests", 120, "pytest -m cuda (the tests that skip without CUDA)"),
+    StepSpec("versions", 30, "python, torch, CUDA, NCCL, GPU"),
+    StepSpec("cuda-tests", 135, "pytest -m cuda (the tests that skip without CUDA)"),
     StepSpec("profiles", 100, "profile --measure on CUDA against profile --from-trace, two zoo models"),
     StepSpec("nccl-tuner", 80, "tuner plugin loaded by NCCL; channels per all-reduce (tuner table, min/max-CTA groups)"),
     StepSpec("contention", 100, "backward slowdown beside all-reduces (or a copy kernel) of each block count; --fit"),
@@ -277,6 +279,22 @@ def check_channels(expected: Sequence[tuple[str, int, int]], lines) -> list[dict
     return rows
 
 
+def cuda_test_files(root: str | os.PathLike[str]) -> list[str]:
+    """The test files under ``root/tests`` that mark tests ``cuda``, relative to ``root``: those that
+    run in pytest's own process first, then those that start ranks (``run_workers``,
+    ``torch.distributed.run``), each part by path. Starting ranks is slow (two ranks sharing one GPU
+    the slowest), so a hang there is the likeliest use of the step's whole time limit, and the tests
+    printed before it keep their results (pytest -v reports each as it ends)."""
+    root = Path(root)
+    found = []
+    for p in (root / "tests").rglob("test_*.py"):
+        text = p.read_text(errors="replace")
+        if "mark.cuda" in text:
+            ranks = "run_workers(" in text or "torch.distributed.run" in text
+            found.append((ranks, p.relative_to(root).as_posix()))
+    return [path for _, path in sorted(found)]
+
+
 def version_at_least(version: Sequence[int] | None, floor: Sequence[int]) -> bool:
     return version is not None and tuple(version) >= tuple(floor)
 
@@ -432,7 +450,7 @@ class Check:
         tests = root / "tests"
         if not tests.is_dir():
             return StepResult("cuda-tests", "skipped", f"no tests/ folder beside {_src_dir()}")
-        files = sorted(str(p.relative_to(root)) for p in tests.rglob("test_*.py") if "mark.cuda" in p.read_text(errors="replace"))
+        files = cuda_test_files(root)
         if not files:
             return StepResult("cuda-tests", "skipped", "no test file marks a test with @pytest.mark.cuda")
         cmd = [sys.executable, "-m", "pytest", "-m", "cuda", "-v", "-p", "no:cacheprovider", *files]
@@ -521,34 +539,48 @@ class Check:
         return "".join(p.read_text(errors="replace") for p in sorted(self.work.glob(f"nccl-{tag}.*.log")))
 
     def _step_nccl_tuner(self, limit: float) -> StepResult:
+        from commsched.errors import CommschedError
         from commsched.gpu_check.nccl_log import coll_lines, comm_channels, excerpt, plugin_state
         from commsched.nccl_tuner import LIBRARY_NAME, TunerRange, TunerTable, build_plugin, plugin_env, table_text
 
         r = StepResult("nccl-tuner", "ok")
-        if not self.versions.get("c_compiler"):
-            return StepResult("nccl-tuner", "skipped", "no C compiler ($CC, cc, gcc, clang) on PATH: the tuner plugin cannot be built")
         t0 = time.monotonic()
-        library = build_plugin(self.work / LIBRARY_NAME)
         nccl = self.versions.get("nccl_tuple")
         multi = version_at_least(nccl, MULTI_RANK_NCCL)
+        older = (f"NCCL {self.versions.get('nccl')} is older than 2.30: two ranks cannot share one GPU "
+                 "(NCCL_MULTI_RANK_GPU_ENABLE arrived in 2.30), so the channel checks are skipped")
+        failures = []
+        # the min/max-CTA groups need no plugin: without a compiler (or a plugin that does not build)
+        # their channels are still checked
+        library = None
+        if not self.versions.get("c_compiler"):
+            no_plugin = "no C compiler ($CC, cc, gcc, clang) on PATH: the tuner plugin cannot be built"
+            if not multi:
+                return StepResult("nccl-tuner", "skipped", f"{no_plugin}; {older}")
+            r.notes.append(f"{no_plugin}; only the min/max-CTA groups' channels are checked")
+        else:
+            try:
+                library = build_plugin(self.work / LIBRARY_NAME)
+            except CommschedError as e:
+                failures.append(f"the tuner plugin did not build: {e}")
         ranges = tuple(TunerRange(channel_bytes(b), channel_bytes(b), b) for b in TUNER_BLOCKS)
         table = self.work / "tuner-table.txt"
         table.write_text(table_text(TunerTable(ranges), "make gpu-check: all-reduces of 32 MiB + 4 KiB x B get B channels"))
-        env = plugin_env(library, table)
+        env = plugin_env(library, table) if library is not None else {}
         log_parts = []
-        r.details = {"nccl": self.versions.get("nccl"), "plugin": str(library), "table": [[x.min_bytes, x.max_bytes, x.channels] for x in ranges],
+        r.details = {"nccl": self.versions.get("nccl"), "plugin": None if library is None else str(library),
+                     "table": [[x.min_bytes, x.max_bytes, x.channels] for x in ranges],
                      "nccl_launch_keeps": {"tuner": [nccl_keeps(channel_bytes(b), b, max(TUNER_BLOCKS), True) for b in TUNER_BLOCKS],
                                            "groups": [nccl_keeps(channel_bytes(b), b, b, False) for b in TUNER_BLOCKS]}}
-        runs = [("tuner", {**env, "NCCL_MULTI_RANK_GPU_ENABLE": "1", "NCCL_MIN_NCHANNELS": str(max(TUNER_BLOCKS))},
-                 {"mechanism": "tuner", "calls": [["tuner", None, CHANNEL_BASE_BYTES]] + [["tuner", None, channel_bytes(b)] for b in TUNER_BLOCKS]}),
-                ("groups", {"NCCL_MULTI_RANK_GPU_ENABLE": "1"},
-                 {"mechanism": "groups", "calls": [[f"ctas{b}", b, channel_bytes(b)] for b in TUNER_BLOCKS]})]
+        runs = []
+        if library is not None:
+            runs.append(("tuner", {**env, "NCCL_MULTI_RANK_GPU_ENABLE": "1", "NCCL_MIN_NCHANNELS": str(max(TUNER_BLOCKS))},
+                         {"mechanism": "tuner", "calls": [["tuner", None, CHANNEL_BASE_BYTES]] + [["tuner", None, channel_bytes(b)] for b in TUNER_BLOCKS]}))
+        runs.append(("groups", {"NCCL_MULTI_RANK_GPU_ENABLE": "1"},
+                     {"mechanism": "groups", "calls": [[f"ctas{b}", b, channel_bytes(b)] for b in TUNER_BLOCKS]}))
         if not multi:
-            runs = [("single", env, {"mechanism": "single"})]
-            r.notes.append(f"NCCL {self.versions.get('nccl')} is older than 2.30: two ranks cannot share one GPU "
-                           "(NCCL_MULTI_RANK_GPU_ENABLE arrived in 2.30), so the channel checks are skipped; "
-                           "the plugin's loading is checked with one rank")
-        failures = []
+            runs = [("single", env, {"mechanism": "single"})] if library is not None else []
+            r.notes.append(older + ("; the plugin's loading is checked with one rank" if library is not None else ""))
         for i, (tag, extra, args) in enumerate(runs):
             left = limit - (time.monotonic() - t0)
             per = left / (len(runs) - i)
@@ -580,14 +612,18 @@ class Check:
                 failures.append(f"{tag}: " + ", ".join(f"{row['bytes']} B ran on {row['logged_channels'] or 'no logged'} channels, "
                                                        f"expected {row['expected_channels']}" for row in bad))
             r.details[tag] = run
-        self.outbox.write_text(NCCL_LOG, "\n".join(log_parts))
-        self.artifacts[NCCL_LOG] = "NCCL's INIT/ENV/TUNING log lines about the plugin and the channels"
+        if log_parts:
+            self.outbox.write_text(NCCL_LOG, "\n".join(log_parts))
+            self.artifacts[NCCL_LOG] = "NCCL's INIT/ENV/TUNING log lines about the plugin and the channels"
         if failures:
             r.status, r.why = "failed", "; ".join(failures)
         else:
-            parts = [f"NCCL loaded the commsched plugin ({r.details.get('tuner', r.details.get('single', {})).get('plugin', {}).get('name')})"]
+            parts = []
+            if library is not None:
+                parts.append(f"NCCL loaded the commsched plugin ({r.details.get('tuner', r.details.get('single', {})).get('plugin', {}).get('name')})")
             if multi:
-                parts.append(f"channels equal the table's ({', '.join(map(str, TUNER_BLOCKS))}) and the groups' blocks at 32 MiB, two ranks on one GPU")
+                table_part = f"the table's ({', '.join(map(str, TUNER_BLOCKS))}) and " if library is not None else ""
+                parts.append(f"channels equal {table_part}the groups' blocks at 32 MiB, two ranks on one GPU")
             r.why = "; ".join(parts)
         return r
 

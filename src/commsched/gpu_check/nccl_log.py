@@ -27,7 +27,8 @@ from dataclasses import dataclass
 __all__ = ["CollLine", "PluginState", "coll_lines", "comm_channels", "excerpt", "plugin_state"]
 
 _LOADED = re.compile(r"Successfully loaded external tuner plugin (\S+)")
-_USING = re.compile(r"TUNER/Plugin: Using (?:tuner plugin )?(\S+)(?: \(v(\d+)\))?")
+# NCCL 2.26 also writes "TUNER/Plugin: Using internal tuner plugin." (plugin_open.cc:104) when it loaded none
+_USING = re.compile(r"TUNER/Plugin: Using (?!internal tuner plugin)(?:tuner plugin )?(\S+)(?: \(v(\d+)\))?")
 _UNSUPPORTED = re.compile(r"External tuner plugin (\S+) is unsupported")
 _NOT_FOUND = re.compile(r"TUNER/Plugin: Could not find:(.*)")
 _OWN = re.compile(r"commsched NCCL tuner: (\d+) size ranges from (\S+)")

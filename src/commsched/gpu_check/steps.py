@@ -35,7 +35,6 @@ running. The groups are built directly (``ProcessGroupNCCL(store, rank, 2, optio
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
 import shutil
@@ -340,16 +339,6 @@ def contention(args: dict) -> dict:
     return {"status": "ok", "why": why, "details": details}
 
 
-def _batch(nbytes: int) -> int:
-    """Calls timed together at ``nbytes``: about 64 MiB in all, 1 to 100."""
-    return max(1, min(100, (64 << 20) // nbytes))
-
-
-def _launches(alone_s: float, one_s: float) -> int:
-    """Side calls to queue so they outlast a backward pass of ``alone_s`` slowed 4 times (plus two)."""
-    return min(int(math.ceil(4 * alone_s / max(one_s, 1e-6))) + 2, 10_000)
-
-
 def _slowdowns(model: _Model, repeats: int, launch, per_config: dict, key: int) -> list[float]:
     """``repeats`` pairs (alone, beside); ``launch(alone_s)`` queues the side work and returns an event
     recorded when it is done (timing enabled). Records whether the side work outlasted the pass."""
@@ -377,7 +366,7 @@ def _contention_kernel(model: _Model, blocks: list[int], sizes: list[int], repea
     import torch
 
     from commsched.gpu_check.copy_kernel import CopyKernel
-    from commsched.runtime.gpu_bench import held_time_s
+    from commsched.runtime.gpu_bench import batch_count, contention_launches, held_time_s
 
     torch.cuda.synchronize()
     kernel = CopyKernel()
@@ -392,12 +381,12 @@ def _contention_kernel(model: _Model, blocks: list[int], sizes: list[int], repea
                 kernel.launch(dst[: n // 4], src[: n // 4], b, COMM_THREADS, 1, side)
 
             one()  # the JIT and the first launch out of the timings
-            t = statistics.median(held_time_s(side, one, _batch(n), rate) for _ in range(repeats))
+            t = statistics.median(held_time_s(side, one, batch_count(n), rate) for _ in range(repeats))
             allreduce.append((b, COMM_THREADS, n, t))
         one_pass = next(t for bb, _, n, t in allreduce if bb == b and n == BIG_BYTES)
 
         def launch(alone: float, b=b, one_pass=one_pass):
-            kernel.launch(dst, src, b, COMM_THREADS, _launches(alone, one_pass), side)
+            kernel.launch(dst, src, b, COMM_THREADS, contention_launches(alone, one_pass), side)
             done = torch.cuda.Event(enable_timing=True)
             done.record(side)
             return done
@@ -410,7 +399,7 @@ def _contention_allreduce(model: _Model, blocks: list[int], sizes: list[int], re
     import torch
     import torch.distributed as dist
 
-    from commsched.runtime.gpu_bench import held_time_s
+    from commsched.runtime.gpu_bench import batch_count, contention_launches, held_time_s
 
     store = dist.HashStore()
     barrier = threading.Barrier(2, timeout=timeout_s)
@@ -418,14 +407,6 @@ def _contention_allreduce(model: _Model, blocks: list[int], sizes: list[int], re
     shared: dict = {}  # what the ranks tell each other: rank 0's launch count, each rank's hold answer
     ratios: dict = {}
     per_config: dict = {}
-
-    def agree(r: int):
-        def both_held(held: bool) -> bool:
-            shared[("held", r)] = held
-            barrier.wait()  # both answers are in; neither is overwritten before the next batch's barrier
-            return shared[("held", 0)] and shared[("held", 1)]
-
-        return both_held
 
     def rank(r: int) -> None:
         torch.cuda.set_device(0)
@@ -449,7 +430,7 @@ def _contention_allreduce(model: _Model, blocks: list[int], sizes: list[int], re
                 times = []
                 for _ in range(repeats):
                     barrier.wait()
-                    times.append(held_time_s(comm, one, _batch(n), rate, agree(r)))
+                    times.append(held_time_s(comm, one, batch_count(n), rate, _agreement(shared, barrier, r)))
                 alone_times[(r, b, n)] = times
                 del buf
         big = torch.zeros(BIG_BYTES // 4, device="cuda")
@@ -457,7 +438,7 @@ def _contention_allreduce(model: _Model, blocks: list[int], sizes: list[int], re
             one_s = statistics.median(alone_times[(r, b, BIG_BYTES)])
             if r == 0:
                 def launch(alone: float, b=b, one_s=one_s):
-                    shared["count"] = _launches(alone, one_s)
+                    shared["count"] = contention_launches(alone, one_s)
                     barrier.wait()
                     return _queue(groups[b], big, shared["count"], comm)
 
@@ -476,6 +457,22 @@ def _contention_allreduce(model: _Model, blocks: list[int], sizes: list[int], re
             allreduce.append((b, COMM_THREADS, n, statistics.median(slowest)))
     compute = [(b, COMM_THREADS, x) for b in blocks for x in ratios[b]]
     return {"allreduce": allreduce, "compute": compute, "summary": {"per_config": [per_config[b] for b in blocks]}}
+
+
+def _agreement(shared: dict, barrier: threading.Barrier, r: int):
+    """Rank ``r``'s ``agree`` for :func:`commsched.runtime.gpu_bench.held_time_s`: True when both ranks'
+    holds outlasted their launches. A second wait keeps each try's answers until both ranks have
+    read them: a rank that must retry writes its next answer at once, and the other must not read
+    that one instead (they would then run different numbers of batches, and NCCL would hang)."""
+
+    def both_held(held: bool) -> bool:
+        shared[("held", r)] = held
+        barrier.wait()  # both answers are in
+        answer = shared[("held", 0)] and shared[("held", 1)]
+        barrier.wait()  # both are read
+        return answer
+
+    return both_held
 
 
 def _queue(group, buf, count: int, stream):
