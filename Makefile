@@ -26,10 +26,15 @@ browser:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null; } || \
 	echo "note: chromium and chromium-driver are not installed; the browser test of the HTML report will be skipped"
 
-# Speed benchmarks (results go in BENCHMARKS.md).
+# The maintained benchmarks that no test runs (about 4 minutes on 2 cores; results in BENCHMARKS.md,
+# every entry point and what runs it in benchmarks/README.md).
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_speed.py
+	$(BIN)/python benchmarks/bench_speed.py --resources --resource-models vgg16,googlenet,vit_b_16,bert_base,inception_v3,densenet161,densenet201
 	$(BIN)/python benchmarks/mgwfbp_vs_optimal.py
+	$(BIN)/python benchmarks/optimal_under_contention.py --cases 5000 --max-tensors 12
+	$(BIN)/python benchmarks/resources.py
+	$(BIN)/python benchmarks/rs_model_configs.py
 
 # The NCCL tuner plugin (C, system compiler, no CUDA): out/nccl-tuner/libcommsched_nccl_tuner.so
 tuner: $(STAMP)

@@ -65,10 +65,16 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=21)
     ap.add_argument("--resources", action="store_true", help="only the resource planners (issue 12, item 7), timed 3 times")
+    ap.add_argument(
+        "--resource-models", default="",
+        help="with --resources: also time joint and optimal under contention once on each of these zoo models (comma-separated)",
+    )
     args = ap.parse_args()
     r = args.repeats
     if args.resources:
         resource_planners(3)
+        if args.resource_models:
+            resource_planners_by_model([m for m in args.resource_models.split(",") if m])
         return
     cluster = preset("v100-10gbe")
     cost = cluster.allreduce
@@ -130,6 +136,27 @@ def resource_planners(r: int) -> None:
     report("joint (tolerance 0.01), resnet50 (161 tensors)", timed(lambda: Joint().assign(profs["resnet50"], c.allreduce, res), r), "< 1 s")
     sem = default_config_semantics(res)
     report("optimal under contention (tolerance 0.01), densenet201 (604 tensors)", timed(lambda: Optimal(sem).ends(profs["densenet201"], c.allreduce), r), "< 10 s")
+
+
+def resource_planners_by_model(models: list[str]) -> None:
+    """The models the targets of issue 12, item 7 did not name: joint and optimal under contention
+    (the default config's contention), each timed once, on rs-2xv100s-pcie (batch 32, V100S), with
+    the number of buckets each plans."""
+    from commsched.planners import Joint
+    from commsched.planners.resources import default_config_semantics
+
+    c = preset("rs-2xv100s-pcie")
+    sem = default_config_semantics(c.resources)
+    print("\n| model | tensors | joint | optimal under contention |")
+    print("|---|---|---|---|")
+    for m in models:
+        p = zoo_profile(m, 32, "V100S")
+        t0 = time.perf_counter()
+        joint_ends = Joint().assign(p, c.allreduce, c.resources)[0]
+        t1 = time.perf_counter()
+        opt_ends = Optimal(sem).ends(p, c.allreduce)
+        t2 = time.perf_counter()
+        print(f"| {m} | {len(p.tensors)} | {t1 - t0:.2f} s ({len(joint_ends)} buckets) | {t2 - t1:.2f} s ({len(opt_ends)}) |")
 
 
 if __name__ == "__main__":

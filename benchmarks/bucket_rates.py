@@ -31,6 +31,7 @@ Run (as root, from the repo):
 
 from __future__ import annotations
 
+import copy
 import statistics
 import sys
 import time
@@ -45,7 +46,8 @@ from commsched.planners import DDP
 from commsched.profile.measure import measure_profile
 from commsched.runtime.lifecycle import end_process_group
 from commsched.runtime.record import StepRecorder
-from commsched.runtime.validate import _LaunchSteps, mid_pass_planner
+from commsched.calibrate import mid_pass_planner
+from commsched.runtime.validate import LaunchSteps
 
 MIB = 1 << 20
 CHAIN_SIZES = (4 * MIB, 32 * MIB)
@@ -108,9 +110,9 @@ def main() -> None:
         runs[kind] = (ddp, opt, StepRecorder(ddp, order=order.names))
     bufs = {s: [torch.ones(s // 4) for _ in range(2)] for s in CHAIN_SIZES}
     # validate's launch pass with the mid pass's buckets (barrier, forward, backward; unrecorded)
-    launch_pass = _LaunchSteps(order, model, inputs, loss_fn, mid)
+    launch_pass = LaunchSteps(order, copy.deepcopy(model), inputs, loss_fn, mid)
     # the same pass without the barrier before it (as a training step runs)
-    free_pass = _LaunchSteps(order, model, inputs, loss_fn, mid)
+    free_pass = LaunchSteps(order, copy.deepcopy(model), inputs, loss_fn, mid)
 
     def pass_without_barrier(barrier: bool = False, gather: bool = False) -> tuple[float, float, int]:
         free_pass.ddp.zero_grad(set_to_none=True)

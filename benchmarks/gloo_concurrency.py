@@ -21,7 +21,7 @@ import torch.distributed as dist
 import torchvision
 
 from commsched.runtime.lifecycle import end_process_group
-from commsched.runtime.validate import slowdown_of_rate
+from commsched.calibrate import slowdown_of_rate
 
 
 def slowest_median(values: list[float]) -> float:

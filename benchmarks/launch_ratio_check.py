@@ -11,16 +11,15 @@ Run (from the repo, no cluster needed; each argument a directory of runs, one fo
     .venv/bin/python benchmarks/launch_ratio_check.py out/bench-o/500 out/bench-o/2000
 """
 
-import json
 import statistics
 import sys
 from dataclasses import replace
 from pathlib import Path
 
+from commsched.calibrate import anchors_of, contention_of, drifted, launch_costs, load_validate_report, profile_steps_of, semantics_of
 from commsched.cost.cluster import cluster_from_json
 from commsched.io import load_profile, plan_from_json
 from commsched.planners import DDP
-from commsched.runtime.validate import anchors_of, contention_of, drifted, launch_costs, profile_steps_of, semantics_of
 from commsched.sim.contention import simulate_run
 from commsched.sim.timeline import ends_of_plan
 
@@ -52,7 +51,7 @@ def load_run(root: Path):
     """One stored run's numbers for predicting again: (probes, profile, the rounds' cost table,
     {plan: bucket ends} with stock DDP's as "stock", {plan: measured median}, the semantics before
     the launch costs, DDP's finalize time)."""
-    report = json.loads((root / "validate.json").read_text())
+    report = load_validate_report(root / "validate.json")
     steps = profile_steps_of(report, load_profile(root / "profile.json"))
     profile = steps.profile()
     probes = report["raw"]["probes"]

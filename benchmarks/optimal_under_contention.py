@@ -7,9 +7,11 @@ Run: .venv/bin/python benchmarks/optimal_under_contention.py [--cases 5000] [--m
    0.1-10 Gbit/s), slowdowns (compute 0..1, all-reduce 0..0.5), a per-call overhead (0..2 ms) and a
    runtime (NCCL's serial run, or gloo's two threads sharing the link, half the cases each), each
    compared with brute force over all 2^(L-1) contiguous bucketings scored by the simulator under
-   those semantics: how often `Optimal(semantics)` misses the optimum with tolerance 0 (never, if it is
-   exact) and with the default tolerance 0.01 (and by how much), and how often and by how much the
-   plain `optimal` (planned without contention) is slower.
+   those semantics: how often `Optimal(semantics)` misses the optimum with tolerance 0, apart where
+   it says it is exact (never, if it is) and where it says not proven (gloo's two threads with a
+   per-call term d, which acts only while compute runs, so factors differ by size), and with the
+   default tolerance 0.01 (and by how much), and how often and by how much the plain `optimal`
+   (planned without contention) is slower.
 2. Planning time of `Optimal` under contention (compute +50%, all-reduce +5%) on estimated zoo
    profiles on `v100-10gbe`, median [min, max] of 5 runs, with the plain programme beside it, and
    the predicted iteration of the default tolerance over that of tolerance 0.002.
@@ -33,7 +35,10 @@ from commsched.types import ModelProfile, TensorSpec
 
 def exactness(cases: int, max_tensors: int, seed: int) -> None:
     rng = random.Random(seed)
-    misses, default_gaps, plain_gaps = 0, [], []
+    # tolerance 0: (cases, misses, largest miss) where Optimal says it is exact, and where it says not proven
+    # (gloo's two threads with a per-call term d: factors then differ by size, Semantics.serial_equivalent)
+    exact_counts = {True: [0, 0, 0.0], False: [0, 0, 0.0]}
+    default_gaps, plain_gaps = [], []
     for _ in range(cases):
         n = rng.randint(2, max_tensors)
         tensors = tuple(
@@ -52,11 +57,21 @@ def exactness(cases: int, max_tensors: int, seed: int) -> None:
             score(tuple(k for k, cut in zip(range(1, n), cuts) if cut) + (n,))
             for cuts in itertools.product((0, 1), repeat=n - 1)
         )
-        misses += score(Optimal(sem, tolerance=0.0).ends(p, cost)) > best * (1 + 1e-9)
+        exact = Optimal(sem, tolerance=0.0)
+        gap = score(exact.ends(p, cost)) / best - 1
+        tally = exact_counts[exact.exact_for() == "exact"]
+        tally[0] += 1
+        tally[1] += gap > 1e-9
+        tally[2] = max(tally[2], gap)
         default_gaps.append(score(Optimal(sem).ends(p, cost)) / best - 1)
         plain_gaps.append(score(Optimal().ends(p, cost)) / best - 1)
     slower = [g for g in plain_gaps if g > 1e-9]
-    print(f"optimal under contention, tolerance 0: missed the brute-force optimum in {misses}/{cases} cases")
+    for proven, (n_cases, n_missed, worst) in exact_counts.items():
+        where = "where it says exact" if proven else "where it says not proven (gloo with a per-call term d)"
+        print(
+            f"optimal under contention, tolerance 0, {where}: missed the brute-force optimum in {n_missed}/{n_cases} cases"
+            + (f", by at most {worst:.4%}" if n_missed else "")
+        )
     off = [g for g in default_gaps if g > 1e-9]
     print(
         f"optimal under contention, tolerance 0.01: missed it in {len(off)}/{cases} cases, "

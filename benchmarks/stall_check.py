@@ -1,6 +1,6 @@
 """Launch passes that stalled on the link, left out of the launch fit or not, on stored `validate`
 runs (issue 11, item 7): every run's plans predicted again from its raw numbers, with the launch
-ratio fitted to the median of the passes that did not stall (:func:`commsched.runtime.validate.unstalled`,
+ratio fitted to the median of the passes that did not stall (:func:`commsched.calibrate.unstalled`,
 what ``validate`` does) and to the median of all of them (as before), error against the measured
 medians; and which passes the rule left out.
 
@@ -9,7 +9,6 @@ Run (from the repo, no cluster needed; each argument a directory of runs, one fo
     .venv/bin/python benchmarks/stall_check.py out/bench-o/500 out/bench-o/2000
 """
 
-import json
 import statistics
 import sys
 from dataclasses import replace
@@ -17,11 +16,10 @@ from pathlib import Path
 
 from launch_ratio_check import load_run
 
-import commsched.runtime.validate as validate
-from commsched.runtime.validate import launch_costs, unstalled
+from commsched.calibrate import STALL_SEPARATION, launch_costs, load_validate_report, unstalled
 from commsched.sim.contention import simulate_run
 
-RULES = {"unstalled": validate.STALL_SEPARATION, "all passes": float("inf")}
+RULES = {"unstalled": STALL_SEPARATION, "all passes": float("inf")}
 
 
 def run_errors(root: Path) -> dict[str, tuple[tuple, dict[str, float]]]:
@@ -29,11 +27,7 @@ def run_errors(root: Path) -> dict[str, tuple[tuple, dict[str, float]]]:
     probes, profile, cost, ends, measured, sem, finalize_s = load_run(root)
     out = {}
     for rule, separation in RULES.items():
-        validate.STALL_SEPARATION = separation
-        try:
-            e, points = launch_costs(probes, sem, profile, cost, finalize_s)
-        finally:
-            validate.STALL_SEPARATION = RULES["unstalled"]
+        e, points = launch_costs(probes, sem, profile, cost, finalize_s, separation=separation)
         fitted = replace(sem, launch_compute_s=e, launch_factor_points=points)
         out[rule] = (points, {n: simulate_run(profile, en, cost, fitted).iteration_s / measured[n] - 1 for n, en in ends.items()})
     return out
@@ -41,7 +35,7 @@ def run_errors(root: Path) -> dict[str, tuple[tuple, dict[str, float]]]:
 
 def left_out(root: Path) -> list[str]:
     """The passes the rule leaves out, per launch pass, in ms."""
-    probes = json.loads((root / "validate.json").read_text())["raw"]["probes"]
+    probes = load_validate_report(root / "validate.json")["raw"]["probes"]
     lines = []
     for key in ("launch_pass", "launch_pass_mid"):
         # each probe sample is gathered from every rank, the same slowest-rank value on each: the

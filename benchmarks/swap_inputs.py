@@ -14,11 +14,11 @@ Run (from the repo, no cluster needed):
 """
 
 import itertools
-import json
 import sys
 from dataclasses import replace
 from pathlib import Path
 
+from commsched.calibrate import load_validate_report
 from commsched.cost.cluster import cluster_from_json
 from commsched.io import load_profile, plan_from_json
 from commsched.planners import DDP
@@ -31,7 +31,7 @@ def main() -> None:
     if len(sys.argv) != 2:
         raise SystemExit(f"usage: {sys.argv[0]} RUN_DIR (with validate.json and profile.json)")
     root = Path(sys.argv[1])
-    report = json.loads((root / "validate.json").read_text())
+    report = load_validate_report(root / "validate.json")
     rounds = load_profile(root / "profile.json")
     before = report["profile_before_run"]
     scale = before["backward_s"] / report["profile"]["backward_s"]

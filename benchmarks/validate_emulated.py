@@ -69,7 +69,7 @@ def main() -> None:
         help="with --report-only: make the predictions again with this code from each run's raw numbers (measurements unchanged)",
     )
     args = ap.parse_args()
-    from commsched.runtime.validate import paired_cell  # imports torch: after the arguments are read
+    from commsched.calibrate import load_validate_report, paired_cell
     reports = {}
     for model in args.models.split(","):
         out = Path(args.out).resolve() / args.rate_mbit / model
@@ -82,10 +82,10 @@ def main() -> None:
         if not args.report_only:
             print("$", " ".join(cmd[1:]), file=sys.stderr, flush=True)
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-        reports[model] = json.loads((out / "validate.json").read_text())
+        reports[model] = load_validate_report(out / "validate.json")
         if args.repredict:
             from commsched.io import profile_from_json
-            from commsched.runtime.validate import repredict
+            from commsched.calibrate import repredict
 
             reports[model] = repredict(reports[model], profile_from_json(json.loads((out / "profile.json").read_text())))
     print(f"Rate {args.rate_mbit} Mbit/s.\n")

@@ -7,7 +7,7 @@ Prints trace / measure for forward and total backward (median [min, max] over ro
 the tensor order is the same. glibc's malloc settings change the profiled run (see the README's
 `--from-trace` limits); run it under both.
 
-Usage: .venv/bin/python benchmarks/from_trace_vs_measure.py MODEL IMAGE_SIZE|- ROUNDS [BATCH]
+Usage: .venv/bin/python benchmarks/investigations/from_trace_vs_measure.py MODEL IMAGE_SIZE|- ROUNDS [BATCH]
 """
 
 from __future__ import annotations

@@ -8,12 +8,13 @@ buckets through caps). A run made with min gain G decided itself: its `optimal` 
 
 Run (from the repo, no cluster needed; each argument a directory of runs, one folder per model, as
 ``benchmarks/validate_emulated.py`` writes them):
-    .venv/bin/python benchmarks/min_gain_check.py out/bench-o/500 out/bench-o/2000 --min-gain 0.03
+    .venv/bin/python benchmarks/investigations/min_gain_check.py out/bench-o/500 out/bench-o/2000 --min-gain 0.03
 """
 
 import argparse
-import json
 from pathlib import Path
+
+from commsched.calibrate import load_validate_report
 
 
 def decision(report: dict, min_gain: float) -> tuple[float, str, dict]:
@@ -40,7 +41,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for runs in args.runs:
         for root in sorted(runs.iterdir()):
-            report = json.loads((root / "validate.json").read_text())
+            report = load_validate_report(root / "validate.json")
             opt = report["strategies"]["optimal"]
             gain, choice, row = decision(report, args.min_gain)
             asked = report.get("min_gain", 0.0)  # the run's own (0 before the option existed)

@@ -2,7 +2,7 @@
 the cost table's chains of one size say when it shares gloo's queue with large calls?
 
 Run on the emulated 2-node cluster (as root, from the repo):
-    .venv/bin/commsched emulate --nodes 2 --rate-mbit 500 -- benchmarks/mixed_sizes.py [BIG_KIB]
+    .venv/bin/commsched emulate --nodes 2 --rate-mbit 500 -- benchmarks/investigations/mixed_sizes.py [BIG_KIB]
 Every case launches its all-reduces back to back (as DDP's reducer does) and waits for all; the
 median over 10 repeats (after one warm-up) of the slowest rank's time. "hidden" is the share of the
 small calls' own time (their chain alone) that the mixed launch did not add to the large calls'.

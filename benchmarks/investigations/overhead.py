@@ -14,7 +14,7 @@ Four variants, one step of each in turn:
   instances, the floor under any comparison of B with A.
 
 Run on the emulated 2-node cluster (as root, from the repo):
-    .venv/bin/commsched emulate --nodes 2 --rate-mbit 2000 --timeout-s 2400 -- benchmarks/overhead.py resnet18 16 64 30
+    .venv/bin/commsched emulate --nodes 2 --rate-mbit 2000 --timeout-s 2400 -- benchmarks/investigations/overhead.py resnet18 16 64 30
 Arguments: model, batch size, image size (0 for token models), rounds, and options, comma-separated:
 ``view`` to run every variant with ``gradient_as_bucket_view=True``, ``wfbp`` to run every variant
 with one bucket per gradient (``wfbp``'s plan through ``ddp_options``: the recorder's cost per

@@ -28,6 +28,16 @@ def test_validate_end_to_end(tmp_path):
     assert "prediction error: median" in r.stdout and "torch-ddp" in r.stdout
     doc = json.loads((out / "validate.json").read_text())
     assert set(doc["strategies"]) == {"optimal", "ddp", "synceasgd"} and doc["world_size"] == 2
+    # written after every round (partial), then whole; the memory each rank held after each round
+    assert doc["schema"] == "commsched.validate/v1" and doc["partial"] is False and doc["rounds_done"] == 2
+    assert not (out / "validate.json.tmp").exists()
+    # optimal's row is the optimum planned before the rounds; what to run is the recommendation
+    rec = doc["recommended"]
+    assert rec["strategy"] in {"optimal", "ddp", "synceasgd"} and isinstance(rec["stock_kept"], bool) and rec["reason"]
+    assert "recommended before the run" in " ".join(r.stdout.split())
+    mem = doc["memory"]
+    assert [len(r) for r in mem["rss_after_round_bytes"]] == [2, 2] and all(p > 0 for p in mem["peak_rss_bytes"])
+    assert mem["estimate"]["model_copies"] == 7 + 1.75 * 4 and mem["ranks_per_machine"] == 2
     for row in [*doc["strategies"].values(), doc["stock_ddp"]]:
         assert row["measured_s"] > 0 and row["iteration_s"] > 0 and row["buckets"] >= 1
         assert abs(row["error"] - (row["iteration_s"] / row["measured_s"] - 1)) < 1e-12
@@ -108,6 +118,23 @@ def test_validate_end_to_end(tmp_path):
         assert new["iteration_s"] == row["iteration_s"] and new["error_ci95"] == row["error_ci95"], name
         assert new["error_per_round"] == row["error_per_round"] and new["error_paired_ci95"] == row["error_paired_ci95"], name
         assert new["speedup_vs_stock_ddp"] == row["speedup_vs_stock_ddp"] and new["timeline"] == row["timeline"]
+
+
+def test_a_run_that_cannot_fit_says_so_before_it_starts(tmp_path):
+    """resnet18 at batch 8192 of 224 px keeps about 240 GiB of activations per rank: refused on every
+    rank, in one line naming the numbers, before the inputs are made (4.6 GiB of them)."""
+    r = subprocess.run(
+        [
+            sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
+            "-m", "commsched", "validate", "--model", "resnet18", "--batch-size", "8192", "--image-size", "224",
+            "--strategy", "ddp", "--out", str(tmp_path / "v"),
+        ],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    errors = [line for line in r.stderr.splitlines() if "commsched: error" in line]
+    assert r.returncode != 0 and len(errors) == 2, r.stderr[-3000:]  # one line from each rank
+    assert all("validate would need about" in e and "GiB available" in e and "activations of resnet18 at batch 8192" in e for e in errors)
+    assert not (tmp_path / "v").exists()  # nothing measured, nothing written
 
 
 def test_validate_outside_torchrun_is_a_clear_error():

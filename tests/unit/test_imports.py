@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "commsched"
-PURE = ["cost", "sim", "planners", "scale", "report", "types.py", "errors.py", "io.py", "compare.py", "whatif.py", "devices.py",
+PURE = ["cost", "sim", "planners", "scale", "report", "calibrate", "types.py", "errors.py", "io.py", "compare.py", "whatif.py", "devices.py",
+        "runtime/validate/config.py", "runtime/validate/memory.py",
         "profile/estimate.py", "profile/__init__.py", "models/__init__.py", "models/inventory_types.py", "models/names.py", "nccl_tuner"]
 
 
@@ -34,6 +35,7 @@ def test_importing_the_pure_stages_loads_no_torch():
         "import commsched.cost, commsched.sim, commsched.sim.analytic, commsched.planners, commsched.scale\n"
         "import commsched.compare, commsched.io, commsched.report.trace, commsched.report.plots, commsched.report.html\n"
         "import commsched.profile.estimate, commsched.models, commsched.cli.main, commsched.nccl_tuner, commsched.whatif\n"
+        "import commsched.calibrate, commsched.calibrate.report, commsched.calibrate.stats, commsched.calibrate.semantics_fit\n"
         "bad = sorted(m for m in sys.modules if m == 'torch' or m.startswith(('torch.', 'torchvision')))\n"
         "assert not bad, bad[:5]\n"
     )

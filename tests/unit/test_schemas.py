@@ -171,3 +171,35 @@ def test_stock_nccl_resources_validate_and_bad_ones_do_not():
     assert not v.is_valid(stray)  # the setting belongs to stock NCCL only
     del legacy["resources"]["default"]
     assert not v.is_valid(legacy)
+
+
+def test_validate_reports_stored_built_and_partial_validate():
+    """The stored report (from before the schema field), one built now and the partial documents a
+    run writes after each round; what they hold of the other formats validates against those."""
+    from commsched.calibrate import build_report
+    from commsched.calibrate.report import partial_report
+    from tests.calibrate_runs import ROUNDS, synthetic_run
+
+    v = validator("validate.v1.json")
+    v.validate(json.loads((Path(__file__).resolve().parents[1] / "data" / "validate-report.json").read_text()))
+    run = synthetic_run()
+    report, _, _ = build_report(run["head"], run["steps"], run["probes"], run["measured"], run["light_before"], 20, run["threads"])
+    report = json.loads(json.dumps(report))
+    v.validate(report)
+    for key, name in (("semantics", "semantics"), ("semantics_before_run", "semantics"), ("cluster", "cluster"), ("cluster_in_rounds", "cluster")):
+        validator(f"{name}.v1.json").validate(report[key])
+    for plan in report["plans"].values():
+        validator("plan.v1.json").validate(plan)
+    for done in range(ROUNDS + 1):
+        doc = partial_report(run["head"], done, run["steps"], run["probes"], run["measured"], run["light_before"])
+        v.validate(json.loads(json.dumps(doc)))
+    # what a reader needs is required: a finished report's rows, a partial one's rounds and steps
+    for bad in (
+        {k: x for k, x in report.items() if k != "stock_ddp"},
+        {**report, "strategies": {"ddp": {k: x for k, x in report["strategies"]["ddp"].items() if k != "measured_s"}}},
+        {**report, "stock_ddp": {**report["stock_ddp"], "measured_s": -1.0}},
+        {k: x for k, x in json.loads(json.dumps(doc)).items() if k != "rounds_done"},
+        {k: x for k, x in json.loads(json.dumps(doc)).items() if k != "measured_steps_s"},
+        {**report, "schema": "commsched.plan/v1"},
+    ):
+        assert not v.is_valid(bad)

@@ -1,4 +1,5 @@
-"""The statistics of `commsched validate`: contention factors, bootstrap intervals, config checks."""
+"""The statistics of `commsched validate` (:mod:`commsched.calibrate`, pure: no torch): contention factors,
+launch costs, bootstrap intervals, paired errors."""
 
 from __future__ import annotations
 
@@ -11,17 +12,16 @@ from hypothesis import strategies as st
 from commsched.cost.cluster import ClusterSpec
 from commsched.cost.models import AlphaBeta
 from commsched.errors import CommschedError
-from commsched.runtime.validate import (
+from commsched.calibrate import (
+    MID_PASS_BUCKETS,
+    STALL_MIN_CLEAN,
     ProfileSteps,
-    ValidationConfig,
     contention_of,
     error_intervals,
-    MID_PASS_BUCKETS,
     launch_costs,
     measured_semantics,
     mid_pass_planner,
     pass_ends,
-    STALL_MIN_CLEAN,
     semantics_of,
     unstalled,
 )
@@ -94,7 +94,7 @@ def test_compute_slowdown_under_two_all_reduces_separates_the_time_only_one_was_
     # alone 1, c1 = 1 (1.5 under one: 0.5 s at full speed, 0.5 s of work in 1 s). Under two: 2.0 s,
     # both in flight 0.5 s, only one 0.5 s (0.25 s of work), none 1 s (1 s of work): the 0.5 s with
     # both did no work at all, which reads as the largest slowdown
-    from commsched.runtime.validate import MAX_COMPUTE_SLOWDOWN
+    from commsched.calibrate import MAX_COMPUTE_SLOWDOWN
 
     two = {"backward_under_two_s": 2.0, "overlap_two_s": 0.5, "overlap_any_s": 1.0}
     c = contention_of([probe(two=two)] * 3, threads=2)
@@ -131,56 +131,21 @@ def test_bootstrap_interval_takes_as_many_resamples_off_each_end():
     assert lo == hi == pytest.approx(pred / a - 1)
 
 
-@pytest.mark.parametrize("field", ["rounds", "steps", "resamples", "probe_iters", "chain_repeats"])
-def test_config_rejects_non_positive_counts(field):
-    with pytest.raises(CommschedError, match=field):
-        ValidationConfig("resnet18", 4, **{field: 0})
-
-
 def test_table_cost_is_non_decreasing_and_flat_below_the_smallest_size():
-    from commsched.runtime.bench_comm import CommSamples
-    from commsched.runtime.validate import table_cost
+    import types
 
-    s = CommSamples("gloo", 2, (4, 8, 16, 32), (3e-3, 1e-3, 2e-3, 5e-3), (1e-3,) * 4, (6e-3,) * 4, statistic="mean")
+    from commsched.calibrate import table_cost
+
+    # what table_cost reads of bench_chains' CommSamples
+    s = types.SimpleNamespace(sizes_bytes=(4, 8, 16, 32), time_s=(3e-3, 1e-3, 2e-3, 5e-3))
     t = table_cost(s)
     assert t.bytes == (1, 4, 8, 16, 32)
     assert t.seconds == (2e-3, 2e-3, 2e-3, 2e-3, 5e-3)  # the dip at 8 B pooled with 4 B: (3 + 1) / 2
     assert t.time_s(1) == t.time_s(2) == 2e-3
 
 
-def test_chains_take_the_median_chain_so_one_stalled_chain_does_not_move_the_table(monkeypatch):
-    """googlenet's table once had 16 MiB at the mean of four chains of ~70 ms and one of 160 ms."""
-    import types
-
-    import commsched.runtime.validate as v
-
-    chains = iter([0.0, 0.070, 0.160, 0.072, 0.071, 0.074])  # the warm-up chain first
-    monkeypatch.setattr(v, "_chain_s", lambda bufs: next(chains) * len(bufs))
-    monkeypatch.setattr(v, "_max_over_ranks", lambda values, op=None: list(values))
-    fake = types.SimpleNamespace(barrier=lambda: None, get_backend=lambda: "gloo", get_world_size=lambda: 2, ReduceOp=types.SimpleNamespace(MIN="min"))
-    monkeypatch.setattr(v, "dist", fake)
-    s = v.bench_chains((16 << 20,), repeats=5)
-    assert s.statistic == "median" and s.time_s == (0.072,)  # the mean would be 0.0894
-    assert s.min_s == (0.070,) and s.max_s == (0.160,)
-
-
-def test_probe_passes_start_without_gradients_as_training_steps_do():
-    """A pass into existing gradients adds into them: on alexnet it took 60% longer than a step's."""
-    import torch
-
-    from commsched.runtime.validate import _Probe
-
-    torch.manual_seed(0)
-    probe = _Probe.__new__(_Probe)  # without __init__: it sizes its messages on a process group
-    probe.model, probe.inputs, probe.loss_fn = torch.nn.Linear(4, 2), (torch.randn(3, 4),), lambda out: out.sum()
-    probe._backward(probe._forward())
-    once = probe.model.weight.grad.clone()
-    probe._backward(probe._forward())
-    assert torch.equal(probe.model.weight.grad, once)  # not 2 x once
-
-
 def test_semantics_carry_the_per_size_factors_and_the_decisions():
-    from commsched.runtime.validate import semantics_of
+    from commsched.calibrate import semantics_of
 
     samples = [probe(chain=(0.002, 0.0015)), probe(chain=(0.002, 0.0014)), probe(chain=(0.002, 0.0016))]
     samples = [{**s, "chain_1048576": (0.004, 0.0048)} for s in samples]
@@ -205,7 +170,7 @@ def test_bootstrap_keeps_the_point_estimates_decisions():
 
 
 def test_paired_speedup_takes_out_drift_between_rounds():
-    from commsched.runtime.validate import paired_speedup
+    from commsched.calibrate import paired_speedup
 
     # the machine halves its speed every other round; the variant is 10% faster in every round
     stock = [1.0, 1.0, 2.0, 2.0] * 5
@@ -218,7 +183,7 @@ def test_paired_speedup_takes_out_drift_between_rounds():
 
 def test_the_table_drifts_with_the_anchors_measured_in_the_rounds():
     from commsched.cost.models import Table
-    from commsched.runtime.validate import anchors_of, drifted
+    from commsched.calibrate import anchors_of, drifted
 
     table = Table((1, 1024, 1 << 20, 1 << 24), (0.004, 0.004, 0.008, 0.1))
     samples = [{"anchor_1024": 0.002, "anchor_16777216": 0.1}, {"anchor_1024": 0.002, "anchor_16777216": 0.1}]
@@ -241,7 +206,7 @@ def test_compute_time_per_call_is_what_the_rate_does_not_explain():
 
 
 def launch_pass_of(profile, cost, sem, e, ratios=(), finalize_s=0.0, ends=None):
-    """What _LaunchSteps measures, made by the simulator with a known e and launch ratios ((bytes,
+    """What LaunchSteps measures, made by the simulator with a known e and launch ratios ((bytes,
     ratio) points, or one ratio for every size); one bucket per gradient unless ``ends``."""
     ends = ends or tuple(range(1, len(profile.tensors) + 1))
     points = ratios if isinstance(ratios, tuple) else ((1, ratios),)
@@ -419,7 +384,7 @@ def test_chain_factor_inverts_the_simulator_also_when_the_chain_outlasts_the_pas
     with a known factor under compute: chain_factor gives the factor back whether it ended first
     or outlasted the pass (then only the part under compute went at that factor). The ratio of per
     call times, which the probe used before, is right only in the first case."""
-    from commsched.runtime.validate import chain_factor
+    from commsched.calibrate import chain_factor
 
     size = int(message_s * 1e6)  # 1 us per byte
     prof = ModelProfile("p", 1, "cpu", "measured", 0.0, (TensorSpec("m", size, 0.0), TensorSpec("w", 4, 1.0)))
@@ -435,7 +400,7 @@ def test_chain_factor_inverts_the_simulator_also_when_the_chain_outlasts_the_pas
 
 
 def test_chain_factor_without_a_pass_or_time_alone():
-    from commsched.runtime.validate import chain_factor
+    from commsched.calibrate import chain_factor
 
     assert chain_factor(0.002, 0.003) == pytest.approx(1.5)  # the pass not kept: the ratio
     assert chain_factor(0.0, 0.003, 1.0) is None
@@ -447,7 +412,7 @@ def test_chain_factor_without_a_pass_or_time_alone():
 
 
 def test_probe_sizes_reach_the_largest_bucket_up_to_64_mib():
-    from commsched.runtime.validate import MIB, probe_sizes
+    from commsched.calibrate import MIB, probe_sizes
 
     assert probe_sizes(4096) == (16384,)
     assert probe_sizes(5 * MIB) == (16384, 131072, MIB)
@@ -457,7 +422,7 @@ def test_probe_sizes_reach_the_largest_bucket_up_to_64_mib():
 
 
 def test_paired_error_is_the_models_error_when_the_machine_changes_speed_between_rounds():
-    from commsched.runtime.validate import paired_error
+    from commsched.calibrate import paired_error
 
     order = ModelProfile("m", 1, "cpu", "measured", 0.1, tuple(TensorSpec(n, 4_000_000, 0.0) for n in "abc"))
     cost = AlphaBeta(0.002, 2e-8)  # 82 ms a tensor: the all-reduces outlast the compute between them
@@ -493,3 +458,19 @@ def test_paired_error_is_the_models_error_when_the_machine_changes_speed_between
         paired_error(steps, steps.profile(), ends, cost, sem, truth[:1], 2, [0], resamples=50)
     with pytest.raises(CommschedError, match="not among the 12"):
         paired_error(steps, steps.profile(), ends, cost, sem, truth, 2, [12] * 12, resamples=50)
+
+
+def test_the_semantics_fit_from_samples_alone_is_the_runs():
+    """fit_semantics, the calibration without a run (issue 33 reuses it on a training job's own
+    samples), is what validate does with its probes: contention_of, then the launch costs."""
+    from commsched.calibrate import fit_semantics
+
+    prof = ModelProfile("m", 1, "cpu", "measured", 0.05, tuple(TensorSpec(f"t{i}", 4, 0.0005) for i in range(20)))
+    cost = AlphaBeta(3e-3, 0.0)
+    base = [probe(pair=(0.01, 0.01 + 0.0001 * k)) for k in range(6)]
+    sem0 = semantics_of(contention_of(base, threads=2), "gloo")
+    samples = [{**p, "launch_pass": launch_pass_of(prof, cost, sem0, 1e-4, 1.3)} for p in base]
+    sem, contention = fit_semantics(samples, prof, cost, "gloo", threads=2, resamples=50)
+    assert contention == contention_of(samples, 50, 2)
+    assert sem == measured_semantics(samples, contention, "gloo", prof, cost)
+    assert sem.concurrency_gain > 0 and sem.launch_compute_s == pytest.approx(1e-4, abs=1e-5)

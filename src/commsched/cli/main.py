@@ -423,9 +423,13 @@ def _semantics(spec: str):
     if spec in ("nccl", "gloo"):
         return NCCL if spec == "nccl" else GLOO
     if spec.endswith(".json") or Path(spec).is_file():
+        from commsched.calibrate.report import is_validate_report, load_validate_report
+
         doc = read_json(spec)
-        if isinstance(doc, dict) and isinstance(doc.get("semantics"), dict):
-            doc = doc["semantics"]  # a validate.json
+        if is_validate_report(doc):
+            doc = load_validate_report(spec)["semantics"]  # the semantics a validate run measured in its rounds
+        elif isinstance(doc, dict) and isinstance(doc.get("semantics"), dict):
+            doc = doc["semantics"]
         try:
             return semantics_from_json(doc, where=spec)
         except CommschedError as e:

@@ -354,8 +354,10 @@ def load_sections(path: str | Path) -> list[ReportSection]:
     doc = read_json(p)
     if isinstance(doc, dict) and doc.get("schema") == SCHEMA:
         return [_load("plan", p, lambda _: doc)]
-    if isinstance(doc, dict) and "stock_ddp" in doc:
-        return [_load("validate", p, lambda _: doc)]
+    from commsched.calibrate.report import is_validate_report
+
+    if is_validate_report(doc):
+        return [_load("validate", p, read_json)]
     raise CommschedError(f"{p}: not a report-data.json, scale.csv or validate.json")
 
 
@@ -364,7 +366,9 @@ def _load(kind: ReportKind, f: Path, read_json) -> ReportSection:
         return ReportSection("plan", check_plan_data(read_json(f), str(f)), str(f))
     if kind == "scale":
         return scale_section(read_scale_csv(f), title=f"predicted scaling ({f.name})", source=str(f))
-    return validate_section(read_json(f), str(f))
+    from commsched.calibrate.report import load_validate_report  # the one reader of validate.json
+
+    return validate_section(load_validate_report(f), str(f))
 
 
 # --- the page -----------------------------------------------------------------------------------

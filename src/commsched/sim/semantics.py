@@ -47,12 +47,12 @@ Contention (LIBRA's g(b, r) in its simplest measured form, with a per-call term)
   chain of 16 KiB ones in flight (``benchmarks/tail_rate.py``, BENCHMARKS.md): a cost per launch,
   not per second in flight (recorded too).
   ``validate`` fits e to an unrecorded pass of stock DDP with one bucket per gradient
-  (:func:`commsched.runtime.validate.launch_costs`);
+  (:func:`commsched.calibrate.launch.launch_costs`);
 - ``launch_factor_points``: a table of (message bytes, ratio): while backward compute runs, an
   all-reduce of b bytes goes at 1 / (factor(b) x ratio(b)) of its speed alone (before d), the
   ratio interpolated like ``under_compute`` (empty: 1), no lower than ``CALL_FLOOR``. ``validate``
   fits it at two sizes to two unrecorded passes of stock DDP (a bucket per gradient; about 16
-  buckets), :func:`commsched.runtime.validate.launch_costs`: the buckets DDP launches from the
+  buckets), :func:`commsched.calibrate.launch.launch_costs`: the buckets DDP launches from the
   backward pass need not go as the probe's chains of one size launched at its start do (at 2
   Gbit/s resnet50's 7.5 MiB buckets went at 0.88 of the chains' factor under compute). A ratio, not
   a time per call, because a bandwidth-bound all-reduce's time under compute scales with its size:

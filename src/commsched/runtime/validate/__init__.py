@@ -1,0 +1,105 @@
+"""Validate predictions against measurement on a real process group (run under torchrun).
+
+- :mod:`.run`: the run, phase by phase (:func:`run`; its module docstring says what each phase measures);
+- :mod:`.probes`: what is measured on the process group (torch): the cost benchmark, the probes, the
+  profile steps, the variants' steps, the models sharing one copy of the weights;
+- :mod:`.memory`: what a run needs against what the machine has;
+- :mod:`.config`: :class:`ValidationConfig`.
+
+The fits and statistics are pure and live in :mod:`commsched.calibrate`; their names are also here,
+as they were when this package was one module (``from commsched.runtime.validate import X``).
+"""
+
+from commsched.calibrate import (
+    GAIN_SIZES,
+    LARGE_PROBE_MAX,
+    MAX_COMPUTE_SLOWDOWN,
+    MIB,
+    MID_PASS_BUCKETS,
+    PROBE_SIZES,
+    STALL_MIN_CLEAN,
+    STALL_MIN_GAP,
+    STALL_SEPARATION,
+    STOCK,
+    ProfileSteps,
+    anchors_of,
+    chain_factor,
+    chain_length,
+    contention_of,
+    drifted,
+    error_intervals,
+    launch_costs,
+    measured_semantics,
+    mid_pass_planner,
+    paired_cell,
+    paired_error,
+    paired_speedup,
+    pass_ends,
+    predictions,
+    print_report,
+    probe_sizes,
+    profile_steps_of,
+    repredict,
+    semantics_of,
+    slowdown_of_rate,
+    table_cost,
+    unstalled,
+)
+from commsched.runtime.validate.config import ValidationConfig
+from commsched.runtime.validate.probes import (
+    LaunchSteps,
+    LightStamps,
+    Probe,
+    ProfileStepRunner,
+    SharedWeights,
+    Variant,
+    bench_chains,
+    runtime_threads,
+)
+from commsched.runtime.validate.run import run
+
+__all__ = [
+    "GAIN_SIZES",
+    "LARGE_PROBE_MAX",
+    "MAX_COMPUTE_SLOWDOWN",
+    "MIB",
+    "MID_PASS_BUCKETS",
+    "PROBE_SIZES",
+    "STALL_MIN_CLEAN",
+    "STALL_MIN_GAP",
+    "STALL_SEPARATION",
+    "STOCK",
+    "LaunchSteps",
+    "LightStamps",
+    "Probe",
+    "ProfileStepRunner",
+    "ProfileSteps",
+    "SharedWeights",
+    "ValidationConfig",
+    "Variant",
+    "anchors_of",
+    "bench_chains",
+    "chain_factor",
+    "chain_length",
+    "contention_of",
+    "drifted",
+    "error_intervals",
+    "launch_costs",
+    "measured_semantics",
+    "mid_pass_planner",
+    "paired_cell",
+    "paired_error",
+    "paired_speedup",
+    "pass_ends",
+    "predictions",
+    "print_report",
+    "probe_sizes",
+    "profile_steps_of",
+    "repredict",
+    "run",
+    "runtime_threads",
+    "semantics_of",
+    "slowdown_of_rate",
+    "table_cost",
+    "unstalled",
+]

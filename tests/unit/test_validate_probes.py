@@ -1,0 +1,112 @@
+"""`commsched validate`'s torch side without a process group: the config, the cost benchmark's
+statistic, the probe's passes, the models that share one copy of the weights."""
+
+from __future__ import annotations
+
+import pytest
+
+from commsched.errors import CommschedError
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize("field", ["rounds", "steps", "resamples", "probe_iters", "chain_repeats"])
+def test_config_rejects_non_positive_counts(field):
+    from commsched.runtime.validate import ValidationConfig
+
+    with pytest.raises(CommschedError, match=field):
+        ValidationConfig("resnet18", 4, **{field: 0})
+
+
+def test_chains_take_the_median_chain_so_one_stalled_chain_does_not_move_the_table(monkeypatch):
+    """googlenet's table once had 16 MiB at the mean of four chains of ~70 ms and one of 160 ms."""
+    import types
+
+    import commsched.runtime.validate.probes as v
+
+    chains = iter([0.0, 0.070, 0.160, 0.072, 0.071, 0.074])  # the warm-up chain first
+    monkeypatch.setattr(v, "_chain_s", lambda bufs: next(chains) * len(bufs))
+    monkeypatch.setattr(v, "_max_over_ranks", lambda values, op=None: list(values))
+    fake = types.SimpleNamespace(barrier=lambda: None, get_backend=lambda: "gloo", get_world_size=lambda: 2, ReduceOp=types.SimpleNamespace(MIN="min"))
+    monkeypatch.setattr(v, "dist", fake)
+    s = v.bench_chains((16 << 20,), repeats=5)
+    assert s.statistic == "median" and s.time_s == (0.072,)  # the mean would be 0.0894
+    assert s.min_s == (0.070,) and s.max_s == (0.160,)
+
+
+def test_probe_passes_start_without_gradients_as_training_steps_do():
+    """A pass into existing gradients adds into them: on alexnet it took 60% longer than a step's."""
+    from commsched.runtime.validate.probes import Probe
+
+    torch.manual_seed(0)
+    probe = Probe.__new__(Probe)  # without __init__: it sizes its messages on a process group
+    probe.model, probe.inputs, probe.loss_fn = torch.nn.Linear(4, 2), (torch.randn(3, 4),), lambda out: out.sum()
+    probe._backward(probe._forward())
+    once = probe.model.weight.grad.clone()
+    probe._backward(probe._forward())
+    assert torch.equal(probe.model.weight.grad, once)  # not 2 x once
+
+
+def _net():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+
+
+def test_models_share_one_copy_of_the_weights_and_the_momentum_but_not_their_gradients():
+    """Every model of a run trains the same storage with the same momentum (one copy each, whatever
+    the number of strategies), while each has its own Parameter objects, hooks and gradients."""
+    from commsched.runtime.validate.probes import SharedWeights, release_grads
+
+    base = _net()
+    shared = SharedWeights(base, lr=0.1)
+    a, b = shared.module(), shared.module()
+    for p, q, r in zip(base.parameters(), a.parameters(), b.parameters()):
+        assert q is not p and r is not q and q.data_ptr() == p.data_ptr() == r.data_ptr()
+    assert a[1].running_mean.data_ptr() != base[1].running_mean.data_ptr()  # buffers: each its own
+    x = torch.randn(5, 8)
+    opt_a, opt_b = shared.optimizer(a), shared.optimizer(b)
+    for q, r, m in zip(a.parameters(), b.parameters(), shared.momentum):
+        assert opt_a.state[q]["momentum_buffer"] is m is opt_b.state[r]["momentum_buffer"]
+    a(x).sum().backward()
+    assert all(p.grad is None for p in b.parameters())  # b's hooks and gradients are b's
+    before = [p.detach().clone() for p in base.parameters()]
+    opt_a.step()
+    # the step moved the shared weights (seen from base and b) and filled the shared momentum in place
+    assert any(not torch.equal(p, w) for p, w in zip(b.parameters(), before))
+    assert all(torch.equal(m, q.grad) for m, q in zip(shared.momentum, a.parameters()))
+    release_grads(a)
+    assert all(p.grad is None for p in a.parameters())
+    shared.reset()
+    assert all(torch.equal(p, w) for p, w in zip(base.parameters(), before))
+    assert all(not m.any() for m in shared.momentum)
+
+
+def test_a_step_through_shared_weights_is_the_step_of_a_model_of_its_own():
+    """The same SGD step from the same weights: a model of its own (as validate had one per
+    strategy) and a SharedWeights module end at the same weights."""
+    from commsched.runtime.validate.probes import SharedWeights
+
+    x = torch.randn(5, 8)
+    own = _net()
+    opt = torch.optim.SGD(own.parameters(), lr=0.1, momentum=0.9)
+    shared = SharedWeights(_net(), lr=0.1)
+    m = shared.module()
+    opt_m = shared.optimizer(m)
+    for model, o in ((own, opt), (m, opt_m)):
+        for _ in range(3):
+            o.zero_grad(set_to_none=True)
+            model(x).sum().backward()
+            o.step()
+    for p, q in zip(own.parameters(), shared.base.parameters()):
+        assert torch.allclose(p, q, atol=1e-6)
+
+
+def test_activation_bytes_count_what_the_forward_saves_once_and_leave_the_weights_out():
+    from commsched.runtime.validate.probes import activation_bytes
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(1000, 1000, bias=False)  # saves its input (4000 B x batch), not its weight
+    x = torch.randn(7, 1000, requires_grad=True)
+    assert activation_bytes(lin, (x,), lambda out: out.sum()) == 7 * 1000 * 4
+    two = torch.nn.Sequential(lin, torch.nn.Tanh())  # tanh saves its output: one more batch of 1000
+    assert activation_bytes(two, (x,), lambda out: out.sum()) == 2 * 7 * 1000 * 4
