@@ -17,7 +17,7 @@ from pathlib import Path
 
 from commsched.cost.cluster import preset
 from commsched.cost.models import Piecewise, Table
-from commsched.io import write_json, profile_to_json
+from commsched.formats.io import write_json, profile_to_json
 from commsched.planners import MGWFBP, STRATEGIES, Optimal
 from commsched.profile.zoo_profile import zoo_profile
 from commsched.scale import expand_workers, sweep

@@ -37,7 +37,7 @@ import torchvision
 from torch import nn
 from torchvision.models.resnet import Bottleneck, ResNet
 
-from commsched.devices import (
+from commsched.profile.devices import (
     LAYER_COMPUTE_EFFICIENCY,
     LAYER_MEMORY_EFFICIENCY,
     REFERENCE_BATCH_SIZE,

@@ -28,7 +28,7 @@ import time
 from commsched.cost.cluster import preset
 from commsched.cost.models import AlphaBeta
 from commsched.planners.optimal import Optimal
-from commsched.sim.contention import simulate_run
+from commsched.sim.events import simulate_run
 from commsched.sim.semantics import Semantics
 from commsched.types import ModelProfile, TensorSpec
 

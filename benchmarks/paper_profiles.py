@@ -35,8 +35,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from commsched.devices import CALIBRATED_EFFICIENCY
-from commsched.io import profile_to_json, write_json
+from commsched.profile.devices import CALIBRATED_EFFICIENCY
+from commsched.formats.io import profile_to_json, write_json
 from commsched.models.inventory import inventory
 from commsched.models.inventory_types import ModelInventory
 from commsched.profile.estimate import estimate_profile

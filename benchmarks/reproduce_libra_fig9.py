@@ -43,11 +43,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from commsched.cost.cluster import NCCL_NET_STEP_S, GBIT, ClusterSpec, preset
-from commsched.cost.contention import ClusterResources, GridContention, ResourceConfig
+from commsched.cost.resource_models import ClusterResources, GridContention, ResourceConfig
 from commsched.cost.models import AlgorithmCost, LinkParams
 from commsched.planners import MGWFBP, Horovod, Libra, SyncEASGD, horovod_legacy
 from commsched.planners.libra import libra_fixed
-from commsched.sim.contention import simulate_resources
+from commsched.sim.events import simulate_resources
 from commsched.sim.timeline import simulate
 from commsched.types import ModelProfile
 

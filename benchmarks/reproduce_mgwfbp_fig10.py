@@ -4,7 +4,7 @@ The paper simulates WFBP, SyncEASGD and MG-WFBP for GoogleNet and ResNet-50 from
 measured on one K80 and the cluster-1 fit of Fig. 4 (a = 9.72e-4 s, b = 1.97e-9 s/byte at 16
 workers), scaled to N workers by Table II's ring row. commsched's ``k80-10gbe`` preset is that fit
 read as ring links (commsched.cost.cluster.ring_link_from_fit), so ``with_workers(N)`` is the same
-scaling. Layer times here are FLOP estimates on a GK210 (OSF Eq. 4-6, commsched.devices), batch
+scaling. Layer times here are FLOP estimates on a GK210 (OSF Eq. 4-6, commsched.profile.devices), batch
 sizes from Table IV (GoogleNet 64, ResNet-50 32).
 
 Figure 10's values are only plotted; the text (Section 6.4) states: MG-WFBP's merged-gradient layer
@@ -33,7 +33,7 @@ from pathlib import Path
 
 from commsched.cost.cluster import preset
 from commsched.cost.models import as_alpha_beta
-from commsched.io import load_profile
+from commsched.formats.io import load_profile
 from commsched.planners import MGWFBP, SyncEASGD, WFBP, make_plan
 from commsched.profile.zoo_profile import zoo_profile
 from commsched.scale import expand_workers

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from commsched.cost.cluster import preset
 from commsched.cost.models import as_alpha_beta
-from commsched.io import load_profile
+from commsched.formats.io import load_profile
 from commsched.planners import MGWFBP, SyncEASGD, WFBP, make_plan
 from commsched.profile.zoo_profile import zoo_profile
 from commsched.types import ModelProfile

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 
-from commsched.compare import compare
+from commsched.planners.compare import compare
 from commsched.cost.cluster import preset
 from commsched.planners import AdaFusion, Horovod, MGWFBP
 from commsched.profile.zoo_profile import zoo_profile

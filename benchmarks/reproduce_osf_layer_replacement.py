@@ -26,7 +26,7 @@ from commsched.cost.cluster import preset
 from commsched.cost.models import AlgorithmCost, LinkParams
 from commsched.planners import planner
 from commsched.profile.zoo_profile import zoo_profile
-from commsched.whatif import rank_layers, scaling_factors
+from commsched.planners.whatif import rank_layers, scaling_factors
 
 PAPER_VGG16_32 = 0.25  # OSF Section 4.1
 PAPER_NIN_32 = 0.72  # OSF Section 4.1 (the abstract's list says 0.75)

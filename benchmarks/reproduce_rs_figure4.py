@@ -17,10 +17,10 @@ import argparse
 from scipy.stats import spearmanr
 
 from commsched.cost.cluster import read_paper_table, preset
-from commsched.cost.contention import ResourceConfig
-from commsched.io import load_profile
-from commsched.planners.ddp import DDP
-from commsched.sim.contention import simulate_resources
+from commsched.cost.resource_models import ResourceConfig
+from commsched.formats.io import load_profile
+from commsched.planners.stock_ddp import DDP
+from commsched.sim.events import simulate_resources
 
 
 def main() -> None:

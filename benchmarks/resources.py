@@ -14,11 +14,11 @@ import time
 
 import numpy as np
 
-from commsched.compare import compare
+from commsched.planners.compare import compare
 from commsched.cost.cluster import RS_MESSAGE_BYTES, preset, rs_grid_samples
-from commsched.cost.contention import fit_libra_comm, fit_libra_compute, ring_terms
+from commsched.cost.resource_models import fit_libra_comm, fit_libra_compute, ring_terms
 from commsched.planners import RESOURCE_STRATEGIES, STRATEGIES, planner
-from commsched.planners.ddp import DDP
+from commsched.planners.stock_ddp import DDP
 from commsched.planners.libra import libra_fixed
 from commsched.planners.resources import run_events
 from commsched.profile.zoo_profile import zoo_profile

@@ -31,10 +31,10 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from commsched.cost.cluster import RS_MESSAGE_BYTES, RS_STARTUP_S, preset, read_paper_table
-from commsched.cost.contention import ClusterResources, GridContention, GridEntry, ResourceConfig
-from commsched.devices import device
+from commsched.cost.resource_models import ClusterResources, GridContention, GridEntry, ResourceConfig
+from commsched.profile.devices import device
 from commsched.planners import Joint, RSGrid
-from commsched.planners.ddp import DDP
+from commsched.planners.stock_ddp import DDP
 from commsched.planners.resources import run_events
 from commsched.profile.estimate import estimate_profile, flop_rate_ratio
 from commsched.profile.zoo_profile import zoo_inventory

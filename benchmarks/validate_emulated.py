@@ -84,7 +84,7 @@ def main() -> None:
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         reports[model] = load_validate_report(out / "validate.json")
         if args.repredict:
-            from commsched.io import profile_from_json
+            from commsched.formats.io import profile_from_json
             from commsched.calibrate import repredict
 
             reports[model] = repredict(reports[model], profile_from_json(json.loads((out / "profile.json").read_text())))

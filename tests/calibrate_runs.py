@@ -9,7 +9,7 @@ from commsched.calibrate import STOCK, ProfileSteps, contention_of, measured_sem
 from commsched.calibrate.report import header
 from commsched.cost.cluster import ClusterSpec
 from commsched.cost.models import Table
-from commsched.io import plan_to_json
+from commsched.formats.io import plan_to_json
 from commsched.planners import DDP, SyncEASGD, make_plan
 from commsched.types import ModelProfile, TensorSpec
 

@@ -44,7 +44,7 @@ from commsched.cost.models import AlphaBeta
 from commsched.models.zoo import build_model, example_input, training_loss
 from commsched.planners import DDP, WFBP, make_plan
 from commsched.profile.zoo_profile import zoo_profile
-from commsched.runtime.ddp import DataParallel, ddp_options
+from commsched.runtime.data_parallel import DataParallel, ddp_options
 from commsched.runtime.lifecycle import end_process_group
 from commsched.runtime.record import StepRecorder
 

@@ -150,7 +150,7 @@ class TensorSpec:
     """One gradient tensor: its name, size and the backward compute that precedes its readiness.
 
     ``backward_s`` is the compute time between the previous tensor becoming ready and this one
-    (for the first tensor: from the start of backward), as in DESIGN.md's profile format.
+    (for the first tensor: from the start of backward), as in docs/design.md's profile format.
     """
 
     name: str
@@ -212,7 +212,7 @@ class ModelProfile:
 
     @property
     def ready_s(self) -> tuple[float, ...]:
-        """ready_i = forward_s + sum(backward_s[0..i]) (DESIGN.md, profile format)."""
+        """ready_i = forward_s + sum(backward_s[0..i]) (docs/design.md, the profile format)."""
         return tuple(accumulate((t.backward_s for t in self.tensors), initial=self.forward_s))[1:]
 
     @property

@@ -1,4 +1,4 @@
-"""bench_comm end to end: torchrun, 2 gloo ranks over loopback, a cluster file that loads."""
+"""`commsched bench-comm` end to end: torchrun, 2 gloo ranks over loopback, a cluster file that loads."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from commsched.cost.models import AlphaBeta, Piecewise
 from commsched.errors import CommschedError
-from commsched.io import load_cluster
+from commsched.formats.io import load_cluster
 from commsched.runtime.bench_comm import CommSamples, bench_allreduce, default_sizes, fit_cluster
 
 jsonschema = pytest.importorskip("jsonschema")
@@ -30,7 +30,7 @@ def _torchrun(*args: str, nproc: int = 2, timeout: float = 120) -> subprocess.Co
     cmd = [
         sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
         "--master_addr=127.0.0.1", f"--master_port={_free_port()}",
-        "-m", "commsched.runtime.bench_comm", *args,
+        "-m", "commsched", "bench-comm", *args,
     ]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
 
@@ -77,11 +77,19 @@ def test_two_gloo_ranks_write_a_loadable_cluster(tmp_path):
 def test_without_torchrun_it_is_a_one_line_error(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     r = subprocess.run(
-        [sys.executable, "-m", "commsched.runtime.bench_comm", "--out", str(tmp_path / "c.json")],
+        [sys.executable, "-m", "commsched", "bench-comm", "--out", str(tmp_path / "c.json")],
         capture_output=True, text=True, env=env, timeout=60,
     )
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "torchrun" in r.stderr
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_under_torchrun_a_bad_option_is_one_line_from_rank_0(tmp_path):
+    """Every rank meets the same bad option: rank 0 says so, the others exit 2 without a word."""
+    r = _torchrun("--out", str(tmp_path / "c.json"), "--repeats", "0")
+    assert r.returncode != 0
+    assert r.stderr.count("commsched: error: --repeats must be an integer >= 1, got 0") == 1, r.stderr[-3000:]
     assert not (tmp_path / "c.json").exists()
 
 

@@ -310,7 +310,7 @@ def test_ddp_checks_the_plan_on_the_device_the_group_serves(one_rank, monkeypatc
     import torch.distributed as dist
     from torch import nn
 
-    from commsched.runtime.ddp import _comm_device
+    from commsched.runtime.data_parallel import _comm_device
 
     one_rank("gloo")
     assert _comm_device(dist.group.WORLD, nn.Linear(2, 2)) == torch.device("cpu")

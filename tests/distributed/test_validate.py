@@ -108,7 +108,7 @@ def test_validate_end_to_end(tmp_path):
     trace = json.loads((out / "measured-trace.json").read_text())
     assert any(e.get("cat") == "allreduce" for e in trace["traceEvents"])
     # the report keeps what its predictions were made from: made again, they are the same
-    from commsched.io import profile_from_json
+    from commsched.formats.io import profile_from_json
     from commsched.runtime.validate import repredict
 
     again = repredict(doc, profile_from_json(json.loads((out / "profile.json").read_text())), resamples=200)

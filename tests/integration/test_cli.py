@@ -218,7 +218,7 @@ def test_strategy_options_change_the_plans():
 def test_scale_csv_values(tmp_path):
     """synceasgd's scaling factor is compute / (compute + T(all bytes)) with T the ring at N workers."""
     from commsched.cost.cluster import preset
-    from commsched.io import load_profile
+    from commsched.formats.io import load_profile
 
     r = run("scale", "--profile", PROFILE, "--cluster", "k80-10gbe", "--workers", "2,4", "--strategy", "synceasgd", "--out", str(tmp_path))
     assert r.returncode == 0, r.stderr

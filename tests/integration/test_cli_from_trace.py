@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from commsched.io import load_cluster, load_profile
+from commsched.formats.io import load_cluster, load_profile
 
 NCCL_KERNEL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 

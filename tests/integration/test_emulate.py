@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from commsched.emulate import EmulatedCluster, can_emulate, emulated_cluster, run_on_cluster
+from commsched.runtime.emulate import EmulatedCluster, can_emulate, emulated_cluster, run_on_cluster
 from commsched.errors import CommschedError
 
 _OK, _WHY = can_emulate()
@@ -196,3 +196,21 @@ def test_run_on_cluster_stops_the_peers_of_a_failed_rank(tmp_path):
     assert results[1].returncode != 0
     assert results[0].returncode != 0
     assert _leftovers("cst5") == []
+
+
+def test_a_job_past_its_limit_is_stopped_and_the_error_says_how_to_raise_it(tmp_path):
+    script = tmp_path / "slow.py"
+    script.write_text("import time\ntime.sleep(60)\n")
+    spec = EmulatedCluster(nodes=2, rate_mbit=100, prefix="cst6")
+    with pytest.raises(CommschedError, match=r"timed out after 3 s \(--timeout-s; raise it, or 0 for no limit\)"):
+        run_on_cluster(spec, [str(script)], timeout_s=3, master_port=29563, grace_s=1.0)
+    assert _leftovers("cst6") == []
+
+
+def test_the_documented_workflow_has_no_time_limit_by_default():
+    """validate at 500 Mbit/s runs for tens of minutes: neither the command nor the library cuts it short."""
+    import inspect
+
+    assert inspect.signature(run_on_cluster).parameters["timeout_s"].default is None
+    with pytest.raises(CommschedError, match=">= 0 seconds"):
+        run_on_cluster(EmulatedCluster(nodes=2, rate_mbit=100, prefix="cst7"), ["x.py"], timeout_s=-1)

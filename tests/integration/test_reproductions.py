@@ -93,7 +93,7 @@ def test_the_stored_paper_profiles_are_what_paper_profiles_builds_now() -> None:
         spec.loader.exec_module(mod)
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
-    from commsched.io import profile_to_json
+    from commsched.formats.io import profile_to_json
 
     assert set(mod.PROFILES) == {p.name for p in (ROOT / "benchmarks" / "data").glob("mgwfbp-*.json")}
     for fname, (name, batch, dev, dtype) in mod.PROFILES.items():

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from commsched.cost.models import AlphaBeta
 from commsched.errors import CommschedError
 from commsched.planners import STRATEGIES
-from commsched.sim.contention import simulate_contended
+from commsched.sim.events import simulate_contended
 from commsched.sim.timeline import simulate
 from commsched.types import ModelProfile, TensorSpec
 from tests.conftest import costs, profiles

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 from commsched.cli.main import main
 from commsched.errors import CommschedError
-from commsched.io import dumps, load_plan, plan_to_json
+from commsched.formats.io import dumps, load_plan, plan_to_json
 from commsched.types import MAX_BATCH_SIZE, MAX_IMAGE_SIZE, MAX_STEPS
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -498,7 +498,7 @@ def test_plots_refuse_what_they_cannot_draw_before_drawing():
 
 
 def test_json_writers_refuse_nan_and_infinity(tmp_path):
-    from commsched.io import write_json
+    from commsched.formats.io import write_json
 
     for bad in (float("nan"), float("inf"), [1, {"x": -float("inf")}]):
         with pytest.raises(CommschedError, match="non-finite"):

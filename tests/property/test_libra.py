@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from commsched.cost.contention import ClusterResources, GridContention, GridEntry, ResourceConfig, default_grid
+from commsched.cost.resource_models import ClusterResources, GridContention, GridEntry, ResourceConfig, default_grid
 from commsched.errors import CommschedError
 from commsched.planners import Libra
 from commsched.planners.libra import libra_fixed, libra_joint

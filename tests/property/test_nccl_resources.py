@@ -10,12 +10,12 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from commsched.cost.contention import ClusterResources, GridContention, GridEntry, ResourceConfig, default_grid
+from commsched.cost.resource_models import ClusterResources, GridContention, GridEntry, ResourceConfig, default_grid
 from commsched.cost.nccl_launch import NcclSetting
 from commsched.planners import STRATEGIES, DDP, Joint
 from commsched.planners.base import plan_and_timeline
 from commsched.planners.resources import joint_search, run_events
-from commsched.sim.contention import resource_terms, simulate_resources
+from commsched.sim.events import resource_terms, simulate_resources
 from commsched.sim.timeline import prefix_bytes
 from tests.conftest import costs, profiles
 

@@ -16,7 +16,7 @@ from commsched.cost.models import AlphaBeta
 from commsched.errors import CommschedError
 from commsched.planners import DDP, STRATEGIES, Optimal, planner_for
 from commsched.planners.optimal_contended import COARSE_TOLERANCE, _overlap_vertices, certified, contended_optimal_ends, front_search, transitions
-from commsched.sim.contention import simulate_contended, simulate_run
+from commsched.sim.events import simulate_contended, simulate_run
 from commsched.sim.semantics import Semantics
 from commsched.sim.timeline import simulate
 from commsched.types import ModelProfile, TensorSpec
@@ -225,7 +225,7 @@ def test_min_gain_decides_the_recommendation_on_a_known_gain():
     # three 1 MiB gradients ready at 10, 20 and 30 ms; an all-reduce costs 5 ms + 1 ms per MiB.
     # Stock DDP closes its first bucket at 1 MiB and keeps the rest for 25 MiB: (1, 3), the last
     # bucket (2 MiB) ending at 37 ms. A bucket per gradient ends at 36 ms: a gain of 1/37 (2.7%)
-    from commsched.compare import recommend
+    from commsched.planners.compare import recommend
 
     mib = 2**20
     p = ModelProfile("m", 1, "d", "estimated", 0.0, tuple(TensorSpec(f"t{i}", mib, 0.01) for i in range(3)))

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from commsched.cost.cluster import ClusterSpec, cluster_from_json
 from commsched.errors import CommschedError
 from commsched.cost.models import ALGORITHMS, AlgorithmCost, LinkParams
-from commsched.io import plan_from_json, plan_to_json, profile_from_json, profile_to_json
+from commsched.formats.io import plan_from_json, plan_to_json, profile_from_json, profile_to_json
 from commsched.planners import STRATEGIES, make_plan
 from commsched.sim.timeline import ends_of_plan, simulate
 from tests.conftest import costs, profiles

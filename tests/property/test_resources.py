@@ -8,11 +8,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from commsched.cost.cluster import preset
-from commsched.cost.contention import ClusterResources, ConstantContention, GridContention, GridEntry, ResourceConfig, default_grid
+from commsched.cost.resource_models import ClusterResources, ConstantContention, GridContention, GridEntry, ResourceConfig, default_grid
 from commsched.errors import CommschedError
 from commsched.planners import STRATEGIES, DDP, RSGrid, RSHeuristic, make_plan
 from commsched.planners.resources import run_events
-from commsched.sim.contention import simulate_contended, simulate_resources
+from commsched.sim.events import simulate_contended, simulate_resources
 from commsched.sim.timeline import simulate
 from tests.conftest import costs, profiles
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from commsched.cost.models import AlphaBeta
 from commsched.errors import CommschedError
 from commsched.planners import STRATEGIES
-from commsched.sim.contention import simulate_run
+from commsched.sim.events import simulate_run
 from commsched.sim.semantics import CALL_FLOOR, GLOO, NCCL, Semantics, semantics_from_json
 from commsched.sim.timeline import prefix_bytes
 from commsched.types import ModelProfile, TensorSpec

@@ -11,7 +11,7 @@ from commsched.cost.cluster import ClusterSpec
 from commsched.cost.models import AlgorithmCost, LinkParams
 from commsched.planners import planner
 from commsched.types import ModelProfile, TensorSpec
-from commsched.whatif import layer_of, rank_layers, scaling_factors
+from commsched.planners.whatif import layer_of, rank_layers, scaling_factors
 from tests.conftest import alpha_beta_costs, profiles
 
 
@@ -34,7 +34,7 @@ def test_under_optimal_no_layer_saves_less_than_nothing_or_more_than_all(profile
 @given(profiles(min_tensors=2, max_tensors=8), alpha_beta_costs)
 @settings(max_examples=40, deadline=None)
 def test_a_layers_saving_is_the_iteration_without_its_bytes(profile, cost):
-    from commsched.compare import compare
+    from commsched.planners.compare import compare
 
     cluster = _cluster(cost)
     r = rank_layers(profile, cluster, planner("wfbp"))

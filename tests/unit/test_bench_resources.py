@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from commsched.cost.cluster import cluster_from_json, preset, rs_grid_samples
-from commsched.cost.contention import ResourceConfig
+from commsched.cost.resource_models import ResourceConfig
 from commsched.errors import CommschedError
-from commsched.runtime.bench_resources import ResourceSamples, fit_resource_cluster, merge, samples_from_json
+from commsched.cost.resource_samples import ResourceSamples, fit_resource_cluster, merge, samples_from_json
 
 DEFAULT = ResourceConfig(2, 256)
 

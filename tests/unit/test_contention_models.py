@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from commsched.cost.cluster import RS_BETA_S_PER_BYTE, RS_STARTUP_S, cluster_from_json, preset, rs_grid_samples
-from commsched.cost.contention import (
+from commsched.cost.resource_models import (
     ClusterResources,
     ConstantContention,
     GridContention,

@@ -9,6 +9,7 @@ import pytest
 
 from commsched.cost.cluster import PRESETS, ClusterSpec, preset, ring_link_from_fit
 from commsched.cost.fit import fit_alpha_beta, fit_piecewise
+from commsched.cost.cost_json import cost_model_from_json
 from commsched.cost.models import (
     AlgorithmCost,
     AlphaBeta,
@@ -16,7 +17,6 @@ from commsched.cost.models import (
     Piecewise,
     Table,
     algorithm_alpha_beta,
-    cost_model_from_json,
     osf_ring_cost,
 )
 from commsched.errors import CommschedError

@@ -1,4 +1,4 @@
-"""commsched.ddp_buckets against torch's own bucket assignment, and the caps that express a plan."""
+"""commsched.planners.stock_ddp against torch's own bucket assignment, and the caps that express a plan."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from commsched.ddp_buckets import MIB, TensorInfo, assign, cap_mb_list, caps_bytes, express
+from commsched.planners.stock_ddp import MIB, TensorInfo, assign, cap_mb_list, caps_bytes, express
 from commsched.errors import CommschedError
 from commsched.planners import STRATEGIES, make_plan
 from commsched.cost.models import AlphaBeta

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from commsched.devices import CALIBRATED_EFFICIENCY, REFERENCE_IMAGES_PER_S, Device, device
+from commsched.profile.devices import CALIBRATED_EFFICIENCY, REFERENCE_IMAGES_PER_S, Device, device
 from commsched.errors import CommschedError
 from commsched.models.inventory_types import GradTensor, ModelInventory
 from commsched.profile.estimate import estimate_profile

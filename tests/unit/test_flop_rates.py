@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from commsched.devices import (
+from commsched.profile.devices import (
     CALIBRATED_EFFICIENCY,
     DEVICES,
     LAYER_COMPUTE_EFFICIENCY,

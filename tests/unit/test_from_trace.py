@@ -374,7 +374,7 @@ def test_gpu_trace_cluster_document_and_schemas():
     jsonschema = pytest.importorskip("jsonschema")
     schemas = Path(__file__).resolve().parents[2] / "schemas"
     jsonschema.Draft202012Validator(json.loads((schemas / "cluster.v1.json").read_text())).validate(doc)
-    from commsched.io import profile_to_json
+    from commsched.formats.io import profile_to_json
 
     jsonschema.Draft202012Validator(json.loads((schemas / "profile.v1.json").read_text())).validate(profile_to_json(r.profile))
 

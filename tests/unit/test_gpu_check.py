@@ -225,7 +225,7 @@ def test_the_gpu_path_imports_neither_jsonschema_nor_selenium_nor_torchvision():
         "for m in ('jsonschema', 'selenium', 'torchvision'): sys.modules[m] = None\n"
         "import commsched.gpu_check.driver, commsched.gpu_check.steps, commsched.gpu_check.nccl_log, commsched.gpu_check.copy_kernel\n"
         "import commsched.cli.main, commsched.profile.measure, commsched.profile.from_trace, commsched.models.zoo\n"
-        "import commsched.nccl_tuner, commsched.runtime.bench_resources, commsched.runtime.gpu_bench, commsched.cost.cluster, torch.profiler, torch.distributed\n"
+        "import commsched.nccl_tuner, commsched.cost.resource_samples, commsched.runtime.gpu_bench, commsched.cost.cluster, torch.profiler, torch.distributed\n"
         "from commsched.models.zoo import build_model\n"
         "assert type(build_model('bert_small')).__name__ == 'BertBase'\n"
         "try:\n"

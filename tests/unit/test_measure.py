@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from commsched.errors import CommschedError
-from commsched.io import profile_from_json, profile_to_json
+from commsched.formats.io import profile_from_json, profile_to_json
 from commsched.models.inventory import inventory
 from commsched.profile.measure import measure_device, measure_profile, measure_zoo_profile
 

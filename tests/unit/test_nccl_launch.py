@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from commsched.cost.cluster import cluster_from_json, preset
-from commsched.cost.contention import (
+from commsched.cost.resource_models import (
     ClusterResources,
     ConstantContention,
     GridContention,

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from commsched.cost.models import AlphaBeta, Table
 from commsched.errors import CommschedError
 from commsched.planners import DDP, MGWFBP, STRATEGIES, AdaFusion, Horovod, Optimal, make_plan, planner
-from commsched.planners.ddp import MIB
+from commsched.planners.stock_ddp import MIB
 from commsched.types import ModelProfile, TensorSpec
 from tests.conftest import alpha_beta_costs, profiles
 
@@ -187,7 +187,7 @@ def test_the_recommendation_keeps_stock_ddp_only_with_a_min_gain():
     min gain is asked and none clears it; then the strategy whose plan is stock DDP itself (its
     buckets with default resources), never a resource strategy that kept DDP's buckets with other
     resources, or "ddp" when no listed strategy is stock DDP."""
-    from commsched.compare import compare
+    from commsched.planners.compare import compare
     from commsched.cost.cluster import preset
     from commsched.profile.zoo_profile import zoo_profile
 
@@ -216,7 +216,7 @@ def test_the_recommendation_keeps_stock_ddp_only_with_a_min_gain():
 def test_recommend_is_the_fastest_unless_it_misses_the_min_gain(times, stock_s, gain):
     """The rule's definition: the fastest, or stock DDP's buckets when a min gain G is asked, the
     fastest's iteration is above (1 - G) x stock's and it is not stock DDP itself."""
-    from commsched.compare import fastest, recommend
+    from commsched.planners.compare import fastest, recommend
 
     stock = ("ddp",) if "ddp" in times else ()
     rec = recommend(times, stock, stock_s, gain)

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from commsched.cli.main import main
-from commsched.compare import compare
+from commsched.planners.compare import compare
 from commsched.errors import CommschedError
-from commsched.io import load_cluster, load_profile
+from commsched.formats.io import load_cluster, load_profile
 from commsched.planners import STRATEGIES, planner
 from commsched.report.html import (
     ReportSection,

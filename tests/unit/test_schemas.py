@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from commsched.cost.cluster import PRESETS
-from commsched.io import plan_to_json, profile_to_json
+from commsched.formats.io import plan_to_json, profile_to_json
 from commsched.planners import STRATEGIES, make_plan
 from tests.conftest import costs, profiles
 
@@ -89,7 +89,7 @@ def test_schemas_carry_the_bounds():
 
 @given(profiles(max_tensors=20), costs, st.sampled_from(sorted(STRATEGIES)))
 def test_ddp_options_documents_validate_and_round_trip_to_bytes(profile, cost, name):
-    from commsched.ddp_buckets import MIB, ddp_options_doc
+    from commsched.planners.stock_ddp import MIB, ddp_options_doc
 
     plan = make_plan(STRATEGIES[name], profile, cost)
     doc = json.loads(json.dumps(ddp_options_doc(plan)))
@@ -115,7 +115,7 @@ def test_semantics_validate():
 
 
 def test_resource_clusters_and_plans_validate():
-    from commsched.cost.contention import ClusterResources, ConstantContention, LibraContention, LibraRate, ResourceConfig
+    from commsched.cost.resource_models import ClusterResources, ConstantContention, LibraContention, LibraRate, ResourceConfig
     from commsched.planners import Joint
     from commsched.profile.zoo_profile import zoo_profile
 
@@ -133,7 +133,7 @@ def test_resource_clusters_and_plans_validate():
 
 
 def test_stock_nccl_resources_validate_and_bad_ones_do_not():
-    from commsched.cost.contention import ClusterResources, ConstantContention, ResourceConfig, default_grid
+    from commsched.cost.resource_models import ClusterResources, ConstantContention, ResourceConfig, default_grid
     from commsched.cost.nccl_launch import NcclSetting
 
     v = validator("cluster.v1.json")

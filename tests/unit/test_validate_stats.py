@@ -25,7 +25,7 @@ from commsched.calibrate import (
     semantics_of,
     unstalled,
 )
-from commsched.sim.contention import simulate_contended, simulate_run
+from commsched.sim.events import simulate_contended, simulate_run
 from commsched.sim.semantics import CALL_FLOOR, Semantics
 from commsched.types import ModelProfile, TensorSpec
 
@@ -56,7 +56,7 @@ def test_contention_factors_from_probe_medians():
 def _simulated_probe(c: float, c2: float, allreduce_s: float, second_s: float, work_s: float = 1.0) -> dict:
     """The probe's numbers as the simulator produces them: a backward pass of ``work_s`` with one
     all-reduce of ``allreduce_s`` launched at its start, and with two (the second ``second_s``)."""
-    from commsched.sim.contention import simulate_run
+    from commsched.sim.events import simulate_run
     from commsched.sim.semantics import Semantics
 
     # a zero-work tensor carries the message (bytes = seconds x 1e6 at 1 us per byte), then the work

@@ -8,7 +8,7 @@ import torchvision
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from commsched.devices import REFERENCE_FORWARD_FLOPS_PER_IMAGE
+from commsched.profile.devices import REFERENCE_FORWARD_FLOPS_PER_IMAGE
 from commsched.errors import CommschedError
 from commsched.models.inventory import flop_counter, inventory
 from commsched.models.zoo import ZOO_MODELS, build_model, example_input, training_loss

@@ -114,7 +114,7 @@ def slowdown_of_rate(work_s: float, wall_s: float) -> float:
 
 
 def compute_slowdown(samples: list[dict]) -> float:
-    """c of the simulator's rate 1 / (1 + c) (:mod:`commsched.sim.contention`), from medians.
+    """c of the simulator's rate 1 / (1 + c) (:mod:`commsched.sim.events`), from medians.
 
     ``overlap_s`` is wall time, during the slowed backward pass, with the all-reduce in flight:
     the backward pass did ``alone - (under - overlap)`` of its uncontended work in those

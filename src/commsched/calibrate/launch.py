@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from commsched.cost.models import Table
 from commsched.planners import DDP
-from commsched.sim.contention import simulate_run
+from commsched.sim.events import simulate_run
 from commsched.sim.semantics import CALL_FLOOR, Semantics
 from commsched.types import ModelProfile
 
@@ -60,7 +60,7 @@ def unstalled(ends_s: list[float], separation: float = STALL_SEPARATION) -> list
     Why: on the emulated cluster at 500 Mbit/s a pass or a step of stock DDP moving about 110 MiB
     either ran at the link's rate or took about 100 ms (5%) longer, the slow ones mostly with TCP
     retransmissions in the rank's counters, at a share that changed from run to run (10-75% of a
-    variant's steps, whatever its buckets; ``benchmarks/bucket_rates.py``, BENCHMARKS.md). The
+    variant's steps, whatever its buckets; ``benchmarks/investigations/bucket_rates.py``, BENCHMARKS.md). The
     launch ratio is a rate under compute: fitted to the median of passes most of which had stalled,
     it came out 1.23-1.29 where the unstalled passes give 0.93-0.96, and stock DDP's buckets, which
     the stalls had mostly spared in those rounds, were predicted 3-4% slow."""

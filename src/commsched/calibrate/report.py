@@ -21,9 +21,7 @@ from commsched.calibrate.profile_steps import ProfileSteps, profile_steps_of
 from commsched.calibrate.stats import STOCK, predictions
 from commsched.cost.cluster import ClusterSpec, cluster_from_json
 from commsched.errors import CommschedError
-from commsched.sim.contention import simulate_run
 from commsched.sim.semantics import Semantics
-from commsched.sim.timeline import ends_of_plan
 from commsched.types import ModelProfile, Plan
 
 SCHEMA = "commsched.validate/v1"
@@ -62,11 +60,11 @@ def header(
     contention_before: dict, plans: dict[str, dict], probe: dict, memory: dict | None = None, recommended: dict | None = None,
 ) -> dict:
     """What a run knows once its plans are made: the start of every document it writes. ``plans``
-    are JSON (:func:`commsched.io.plan_to_json`); ``probe`` the probe's set-up
+    are JSON (:func:`commsched.formats.io.plan_to_json`); ``probe`` the probe's set-up
     (``long_message_bytes``, ``chain_calls``, ``long_message_ended_early``), which the report's
     ``contention`` carries; ``memory`` the estimate the run checked before it started;
     ``recommended`` what the numbers before the run recommend running
-    (:meth:`commsched.compare.Recommendation.to_json`)."""
+    (:meth:`commsched.planners.compare.Recommendation.to_json`)."""
     doc = {
         "schema": SCHEMA,
         "model": model,
@@ -131,7 +129,7 @@ def build_report(
     ``STOCK``); ``timelines`` per rank {variant: :func:`measured_timeline`} of the recorded steps
     after the rounds (None: not recorded, the measured timelines are None). ``rounds_done`` below
     the run's rounds marks a report made from a partial run (:func:`finish_partial`)."""
-    from commsched.io import plan_from_json
+    from commsched.formats.io import plan_from_json
 
     cluster = cluster_from_json(head["cluster"])
     plans: dict[str, Plan] = {name: plan_from_json(doc, where=name) for name, doc in head["plans"].items()}
@@ -197,49 +195,13 @@ def finish_partial(doc: dict, order: ModelProfile, resamples: int = 200) -> dict
 def write_atomic(path: Path, doc: object) -> None:
     """``doc`` as JSON at ``path``, written beside it first and renamed over it: a run killed while
     writing leaves the previous document whole."""
-    from commsched.io import dumps
+    from commsched.formats.io import dumps
 
     text = dumps(doc, str(path), indent=2) + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
-
-
-def write_outputs(
-    report: dict, records: list, profile: ModelProfile, plan: Plan, cluster: ClusterSpec, semantics: Semantics, out: Path
-) -> None:
-    """Everything a finished run writes to ``out``: ``validate.json``, ``validate.png``,
-    ``validate-report.html``, the measured profile, cluster and semantics (what plans this job again),
-    and with ``records`` (the fastest variant's recorded steps) its measured and predicted timeline
-    (``measured-trace.json``, ``measured-gantt.png``)."""
-    from commsched.io import profile_to_json, write_json
-    from commsched.report.plots import gantt_png, validation_png
-    from commsched.report.trace import chrome_trace
-
-    out.mkdir(parents=True, exist_ok=True)
-    if records:
-        rec = records[-1]
-        report["measured_breakdown"] = rec.breakdown()
-        predicted = simulate_run(profile, ends_of_plan(profile, plan), cluster.allreduce, semantics)
-        timelines = {f"{plan.strategy} measured": rec.timeline(), f"{plan.strategy} predicted": predicted}
-        write_json(out / "measured-trace.json", chrome_trace(timelines))
-        gantt_png(timelines, out / "measured-gantt.png", title=f"{report['model']}: measured vs predicted step ({plan.strategy}, stock DDP)")
-    write_json(out / "profile.json", profile_to_json(profile))
-    # what a user needs to plan this job again: `commsched plan --profile profile.json --cluster
-    # cluster.json --runtime semantics.json`
-    write_json(out / "cluster.json", cluster.to_json())
-    write_json(out / "semantics.json", semantics.to_json())
-    write_atomic(out / "validate.json", report)
-    validation_png(report, out / "validate.png")
-    from commsched.report.html import validate_section, write_report
-
-    try:
-        write_report(out / "validate-report.html", [validate_section(report, str(out / "validate.json"))])
-    except CommschedError as e:  # the measurements are written; a page is not worth the run
-        import sys
-
-        print(f"note: validate-report.html not written: {e}", file=sys.stderr)
 
 
 # --- reading -------------------------------------------------------------------------------------
@@ -256,7 +218,7 @@ def load_validate_report(path: str | Path, *, partial: bool = False) -> dict:
     its readers use: a finished report has ``strategies`` (an object) and ``stock_ddp``. A partial
     one (a run stopped after ``rounds_done`` rounds) is an error that says so, unless ``partial``
     (then it is returned as written; :func:`finish_partial` makes its predictions)."""
-    from commsched.io import read_json
+    from commsched.formats.io import read_json
 
     p = Path(path)
     doc = read_json(p)

@@ -22,9 +22,9 @@ from commsched.calibrate.semantics_fit import measured_semantics
 from commsched.cost.cluster import ClusterSpec, cluster_from_json
 from commsched.cost.models import Table
 from commsched.errors import CommschedError
-from commsched.io import plan_from_json
+from commsched.formats.io import plan_from_json
 from commsched.planners import DDP
-from commsched.sim.contention import simulate_run
+from commsched.sim.events import simulate_run
 from commsched.sim.semantics import Semantics
 from commsched.sim.timeline import ends_of_plan
 from commsched.types import ModelProfile, Plan

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from commsched.cost.contention import ClusterResources, resources_from_json
+from commsched.cost.resource_models import ClusterResources, resources_from_json
 from commsched.cost.models import (
     AlgorithmCost,
     CostModel,
     LinkParams,
     Piecewise,
-    cost_model_from_json,
 )
+from commsched.cost.cost_json import cost_model_from_json
 from commsched.errors import CommschedError
 from commsched.types import MAX_WORKERS, shown
 
@@ -169,8 +169,8 @@ def read_paper_table(name: str) -> list[dict[str, str]]:
 
 def rs_grid_samples() -> tuple[list, list]:
     """Figure 2's (config, bytes, relative time) and Figure 3's (config, slowdown) samples of the
-    backward kernels, as :func:`~commsched.cost.contention.grid_from_samples` takes them."""
-    from commsched.cost.contention import ResourceConfig
+    backward kernels, as :func:`~commsched.cost.resource_models.grid_from_samples` takes them."""
+    from commsched.cost.resource_models import ResourceConfig
 
     cfg = lambda r: ResourceConfig(int(r["blocks"]), int(r["threads_per_block"]))  # noqa: E731
     allreduce = [(cfg(r), RS_MESSAGE_BYTES, float(r["relative_time"])) for r in read_paper_table("resource-sharing-fig2-allreduce.csv")]
@@ -181,7 +181,7 @@ def rs_grid_samples() -> tuple[list, list]:
 
 
 def _rs_2xv100s_pcie() -> ClusterSpec:
-    from commsched.cost.contention import ResourceConfig, grid_from_samples
+    from commsched.cost.resource_models import ResourceConfig, grid_from_samples
 
     default = ResourceConfig(*RS_DEFAULT_CONFIG)
     allreduce, compute = rs_grid_samples()
@@ -297,7 +297,7 @@ PRESETS: dict[str, ClusterSpec] = {
             "delta assumed 2(N-1) x RTT with RTT = BDP/bandwidth from Section 4.2 (BDP 45 KB)"
         ),
     ),
-    # Our emulated cluster (README, "The emulated cluster"): 2 network namespaces, links capped at
+    # Our emulated cluster (docs/cli.md, "emulate"): 2 network namespaces, links capped at
     # 2 Gbit/s with tc tbf, one gloo rank each on this project's 2-core machine. OSF Eq. 18 fitted by
     # `commsched emulate --nodes 2 --rate-mbit 2000 -- -m commsched bench-comm` on 2026-11-23; the
     # samples and both fits are in benchmarks/data/emulated-2x2gbit-gloo.json and a test refits them.

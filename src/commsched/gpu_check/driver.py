@@ -40,7 +40,6 @@ it), never as a multi-GPU measurement.
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import os
@@ -633,7 +632,9 @@ class Check:
 
     def _step_contention(self, limit: float) -> StepResult:
         from commsched.cost.cluster import cluster_from_json
-        from commsched.runtime.bench_resources import main as bench_resources_main
+        from commsched.cost.resource_samples import config_from_text, fit_sample_files
+        from commsched.errors import CommschedError
+        from commsched.formats.io import dumps
 
         nccl = self.versions.get("nccl_tuple")
         model, batch = self.contention_model()
@@ -671,14 +672,14 @@ class Check:
             r.notes.append(res["why"])
         self.outbox.write_json(SAMPLES, samples)
         self.artifacts[SAMPLES] = f"contention samples ({samples.get('measurement', '')})"
-        fitted = self.work / "cluster.json"
-        rc = bench_resources_main(["--fit", str(self.outbox.root / SAMPLES), "--out", str(fitted), "--default", DEFAULT_CONFIG,
-                                   "--name", "gpu-check-contention"])
-        if rc != 0 or not fitted.is_file():
-            r.status, r.why = "failed", f"bench-resources --fit of the samples exited {rc}"
+        try:  # what `commsched bench-resources --fit` does with the file
+            fitted, report = fit_sample_files([self.outbox.root / SAMPLES], config_from_text(DEFAULT_CONFIG), "gpu-check-contention")
+            doc = {**fitted.to_json(), "fit": report}
+            dumps(doc, "the fitted cluster")  # finite numbers only, as the command writes them
+            cluster = cluster_from_json(doc)  # the file written loads back
+        except CommschedError as e:
+            r.status, r.why = "failed", f"bench-resources --fit of the samples: {e}"
             return r
-        doc = json.loads(fitted.read_text())
-        cluster = cluster_from_json(doc)
         self.outbox.write_json(CLUSTER, doc)
         self.artifacts[CLUSTER] = "the cluster bench-resources --fit made of the samples"
         res_ = cluster.resources
@@ -764,10 +765,27 @@ def summary_text(doc: dict) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python3 -m commsched.gpu_check", description=__doc__.split("\n\n")[0])
-    p.add_argument("out", nargs="?", default=os.environ.get("OUT") or "out/gpu-check",
-                   help="folder for results.json, summary.md and the artifacts (default: $OUT, else out/gpu-check)")
-    p.add_argument("--budget-s", type=float, default=TOTAL_BUDGET_S, help=f"time for the whole run (default {TOTAL_BUDGET_S:.0f})")
-    p.add_argument("--dry-run", action="store_true", help="take the dry path even with a GPU")
-    a = p.parse_args(argv)
-    return Check(a.out, a.budget_s, a.dry_run).run()
+    """``python3 -m commsched.gpu_check [OUT] [--budget-s S] [--dry-run]``: the exit status of the run
+    (1 when a step failed, else 0), or 2 with a usage error."""
+    import click  # the GPU machine has click; imported here so that the steps' processes need not load it
+
+    @click.command(
+        help=__doc__.split("\n\n")[0]
+        + "\n\nOUT: folder for results.json, summary.md and the artifacts (default: $OUT, else out/gpu-check).",
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    @click.argument("out", required=False, default=None)
+    @click.option("--budget-s", type=float, default=TOTAL_BUDGET_S, help=f"Time for the whole run (default {TOTAL_BUDGET_S:.0f}).")
+    @click.option("--dry-run", is_flag=True, help="Take the dry path even with a GPU.")
+    def command(out: str | None, budget_s: float, dry_run: bool) -> int:
+        return Check(out or os.environ.get("OUT") or "out/gpu-check", budget_s, dry_run).run()
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        code = command.main(args=args, prog_name="python3 -m commsched.gpu_check", standalone_mode=False)
+    except click.ClickException as e:
+        e.show()
+        return e.exit_code
+    except click.exceptions.Abort:
+        return 130
+    return code if isinstance(code, int) else 0

@@ -291,8 +291,8 @@ class _Model:
 def _samples_doc(workers: int, allreduce: list, compute: list, device: str, measurement: str) -> dict:
     """A ``commsched.resource_samples/v1`` document (``bench-resources --fit`` reads it) with one GPU
     (``gpus``: 1, so the fit's cluster says the ranks shared it) and ``measurement`` saying how."""
-    from commsched.cost.contention import ResourceConfig
-    from commsched.runtime.bench_resources import ResourceSamples
+    from commsched.cost.resource_models import ResourceConfig
+    from commsched.cost.resource_samples import ResourceSamples
 
     doc = ResourceSamples(
         workers,

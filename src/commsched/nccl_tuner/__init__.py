@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from importlib import resources as package_files
 from pathlib import Path
 
-from commsched.cost.contention import config_from_json
+from commsched.cost.resource_models import config_from_json
 from commsched.errors import CommschedError
 from commsched.types import Plan
 

@@ -6,8 +6,8 @@ import warnings
 
 from commsched.errors import CommschedError
 from commsched.planners.adafusion import AdaFusion
-from commsched.planners.base import Planner, make_plan
-from commsched.planners.ddp import DDP
+from commsched.planners.base import Planner, ResourcePlanner, chooses_resources, make_plan, resource_planner
+from commsched.planners.stock_ddp import DDP
 from commsched.planners.horovod import Horovod, horovod_legacy
 from commsched.planners.mgwfbp import MGWFBP
 from commsched.planners.optimal import MIN_GAIN_OVER_DDP, Optimal, optimal_ends
@@ -38,11 +38,11 @@ def planner_for(name: str, semantics: Semantics = NCCL, tolerance: float = 0.01,
     """The named strategy, planning for ``semantics`` where it can: ``optimal`` does (the optimum,
     :class:`Optimal`); the published strategies keep their own rules (they are scored under the
     semantics by :func:`make_plan`). ``min_gain`` is no longer the planner's: what to run is the
-    recommendation's call (:func:`commsched.compare.recommend`); passing it warns and changes nothing."""
+    recommendation's call (:func:`commsched.planners.compare.recommend`); passing it warns and changes nothing."""
     if min_gain is not None:
         warnings.warn(
             "planner_for(min_gain=...) is deprecated and ignored: optimal is always the optimum; "
-            "commsched.compare.recommend decides whether to run it rather than stock DDP's buckets",
+            "commsched.planners.compare.recommend decides whether to run it rather than stock DDP's buckets",
             DeprecationWarning,
             stacklevel=2,
         )
@@ -64,6 +64,9 @@ __all__ = [
     "MGWFBP",
     "Optimal",
     "Planner",
+    "ResourcePlanner",
+    "chooses_resources",
+    "resource_planner",
     "SyncEASGD",
     "WFBP",
     "horovod_legacy",

@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 from typing import Protocol
 
-from commsched.cost.contention import ClusterResources
+from commsched.cost.resource_models import ClusterResources
 from commsched.cost.models import CostModel
 from commsched.errors import CommschedError
-from commsched.sim.contention import simulate_resources, simulate_run
+from commsched.sim.events import simulate_resources, simulate_run
 from commsched.sim.semantics import NCCL, Semantics
 from commsched.sim.timeline import buckets_of
 from commsched.types import ModelProfile, Plan, Timeline
@@ -27,6 +27,33 @@ class Planner(Protocol):
     def name(self) -> str: ...
 
     def ends(self, profile: ModelProfile, cost: CostModel) -> tuple[int, ...]: ...
+
+
+class ResourcePlanner(Protocol):
+    """A planner that chooses each all-reduce's resources as well as (or instead of) its buckets:
+    ``assign(profile, cost, resources) -> (bucket ends, one config per bucket)``. Such planners are
+    declared with :func:`resource_planner`; :func:`chooses_resources` asks the registry."""
+
+    @property
+    def name(self) -> str: ...
+
+    def assign(self, profile: ModelProfile, cost: CostModel, resources: ClusterResources): ...
+
+
+_RESOURCE_PLANNER_TYPES: set[type] = set()
+
+
+def resource_planner(cls: type) -> type:
+    """Class decorator: declares ``cls`` a :class:`ResourcePlanner` (it must define ``assign``)."""
+    if not callable(getattr(cls, "assign", None)):
+        raise TypeError(f"{cls.__name__} is declared a resource planner but has no assign()")
+    _RESOURCE_PLANNER_TYPES.add(cls)
+    return cls
+
+
+def chooses_resources(planner: object) -> bool:
+    """Whether ``planner`` chooses each all-reduce's resources (it was declared with :func:`resource_planner`)."""
+    return type(planner) in _RESOURCE_PLANNER_TYPES
 
 
 def plan_and_timeline(
@@ -45,12 +72,12 @@ def plan_and_timeline(
                 "a cluster with per-bucket resources is scored with its own contention model, one all-reduce at a time "
                 f"(NCCL); it cannot also take the runtime semantics {semantics.backend!r} with their own contention"
             )
-        if hasattr(planner, "assign"):
+        if chooses_resources(planner):
             ends, configs = planner.assign(profile, cost, resources)  # type: ignore[attr-defined]
         else:
             ends = planner.ends(profile, cost)
         timeline = simulate_resources(profile, ends, cost, resources, configs or [resources.default] * len(ends))
-    elif hasattr(planner, "assign"):
+    elif chooses_resources(planner):
         raise CommschedError(
             f"strategy {planner.name!r} chooses each all-reduce's resources and needs a cluster that declares them "
             f"(\"resources\" in its JSON, e.g. the preset rs-2xv100s-pcie)"

@@ -33,17 +33,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from commsched.cost.contention import ClusterResources
+from commsched.cost.resource_models import ClusterResources
 from commsched.cost.models import CostModel
 from commsched.errors import CommschedError
-from commsched.planners.ddp import DDP
+from commsched.planners.base import resource_planner
+from commsched.planners.stock_ddp import DDP
 from commsched.types import ModelProfile
 
 
 def _stage_terms(cost: CostModel, resources: ClusterResources, nbytes: np.ndarray):
     """Per config (rows) and group size (columns): T_o, T_a and f. T_o and T_a are those of the
     config NCCL runs at each size (on stock NCCL fewer channels for small groups,
-    :meth:`~commsched.cost.contention.ClusterResources.effective`, as the simulator has them); f
+    :meth:`~commsched.cost.resource_models.ClusterResources.effective`, as the simulator has them); f
     stays LIBRA's f(R) of the config asked, one per config as the programme needs it."""
     model, configs = resources.contention, resources.allowed
     t_o = np.array([np.atleast_1d(resources.allreduce_s(cost, nbytes, c, True)) for c in configs], dtype=np.float64)
@@ -255,6 +256,7 @@ def _check_z(z: object) -> None:
         raise CommschedError(f"LIBRA's Z (compute chunks) must be a whole number in [1, 100000], got {z!r}")
 
 
+@resource_planner
 @dataclass(frozen=True)
 class Libra:
     """LIBRA (Algorithm 2, line 4): ``fusion`` "joint" co-optimises fusion into at most

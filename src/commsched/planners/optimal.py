@@ -38,15 +38,15 @@ import numpy as np
 from commsched.cost.models import AlphaBeta, CostModel, as_alpha_beta
 from commsched.errors import CommschedError
 from commsched.planners.optimal_contended import contended_optimal_ends
-from commsched.sim.contention import contended_end_s, simulate_run
+from commsched.sim.events import contended_end_s, simulate_run
 from commsched.sim.semantics import NCCL, Semantics
 from commsched.sim.timeline import prefix_bytes
 from commsched.types import ModelProfile
 
 # What ``validate``, ``plan_for`` and ``commsched plan`` ask of a plan before they recommend it over
-# stock DDP's default buckets (:func:`commsched.compare.recommend`): the 90th percentile (2.7%) of the error of fused plans' predicted ratio to
+# stock DDP's default buckets (:func:`commsched.planners.compare.recommend`): the 90th percentile (2.7%) of the error of fused plans' predicted ratio to
 # stock DDP's defaults, over the stored emulated-cluster runs of seven models at 500 Mbit/s and
-# 2 Gbit/s (``benchmarks/launch_ratio_check.py``, BENCHMARKS.md, "Keep stock DDP's buckets unless").
+# 2 Gbit/s (``benchmarks/investigations/launch_ratio_check.py``, BENCHMARKS.md, "Keep stock DDP's buckets unless").
 MIN_GAIN_OVER_DDP = 0.03
 _VECTOR_WINDOW = 24  # below this many candidates a Python loop beats a numpy call
 
@@ -165,10 +165,10 @@ class Optimal:
     """The least iteration time over all contiguous bucketings, under ``semantics``.
 
     - Without contention, on one thread or on threads that share the link without gain (NCCL; gloo
-      as measured here), the optimum is that of DESIGN.md's simulator, found exactly by the
+      as measured here), the optimum is that of the simulator of docs/design.md, found exactly by the
       programme above (for gloo by :attr:`Semantics.serial_equivalent`: the iteration time is the
       serial one for every bucketing, so the serial optimum is gloo's optimum).
-    - With contention (:mod:`commsched.sim.contention`, as ``validate`` measures it), likewise on
+    - With contention (:mod:`commsched.sim.events`, as ``validate`` measures it), likewise on
       such runtimes, by :mod:`commsched.planners.optimal_contended`, to within a factor 1 +
       ``tolerance`` (a proven bound; 0 asks for the exact optimum, which can take far longer).
     - On threads with a concurrency gain (a runtime whose concurrent all-reduces do not just share
@@ -181,7 +181,7 @@ class Optimal:
       DDP's default buckets, and :meth:`exact_for` says so.
 
     It is always the optimum (as far as :meth:`exact_for` says): whether to *run* it rather than
-    stock DDP's default buckets is the recommendation's call (:func:`commsched.compare.recommend`,
+    stock DDP's default buckets is the recommendation's call (:func:`commsched.planners.compare.recommend`,
     which asks a predicted gain of at least :data:`MIN_GAIN_OVER_DDP`).
     """
 
@@ -206,7 +206,7 @@ class Optimal:
         return "exact" if self.tolerance == 0 else f"within {self.tolerance:g} of the optimum"
 
     def ends(self, profile: ModelProfile, cost: CostModel) -> tuple[int, ...]:
-        from commsched.planners.ddp import DDP
+        from commsched.planners.stock_ddp import DDP
 
         sem = self.semantics
         sizes = [t.bytes for t in profile.tensors]

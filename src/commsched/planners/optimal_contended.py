@@ -1,7 +1,7 @@
 """The optimum under contention: the least iteration time of the contention-aware simulator, exactly
 or to within a factor 1 + tolerance.
 
-:mod:`commsched.sim.contention` slows compute to 1 / (1 + compute_slowdown) of its speed while an
+:mod:`commsched.sim.events` slows compute to 1 / (1 + compute_slowdown) of its speed while an
 all-reduce is in flight, and an all-reduce to 1 / (1 + comm_slowdown) while compute runs (the
 simplest form of LIBRA's g(b, r)). Then the end time of a bucket no longer says everything about a
 schedule: two bucketings that end the all-reduces of the first k tensors at the same time can
@@ -85,7 +85,7 @@ def contended_optimal_ends(
     / T)) (a negative ``call_overhead_s`` no lower than its floor:
     :func:`~commsched.sim.semantics.factor_with_call`; ``under_compute`` maps an array of sizes to
     factors; None is 1; ``min_factor`` is a lower bound of the whole factor, for the pruning
-    bounds), as :mod:`commsched.sim.contention` does: that is m in
+    bounds), as :mod:`commsched.sim.events` does: that is m in
     every formula above for that bucket.
     A factor below 1 makes m < 1, and then :func:`front_search` orders states by f + kappa p
     instead of f (its docstring), so the proof holds. ``upper_bound_s``

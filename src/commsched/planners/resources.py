@@ -1,7 +1,7 @@
 """Planners that choose each all-reduce's resources (NCCL blocks x threads per block) as well as,
-or instead of, its buckets. They plan on a cluster with :class:`~commsched.cost.contention.ClusterResources`
+or instead of, its buckets. They plan on a cluster with :class:`~commsched.cost.resource_models.ClusterResources`
 and return ``assign(profile, cost, resources) -> (bucket ends, one config per bucket)``; every plan
-is scored by :func:`commsched.sim.contention.simulate_resources`.
+is scored by :func:`commsched.sim.events.simulate_resources`.
 
 - ``rs-grid``: the resource-sharing paper's grid search (Section 4.3-4.4): DDP's default buckets,
   one config for all of them, the one with the least predicted iteration time.
@@ -19,18 +19,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from commsched.cost.contention import ClusterResources, ConstantContention, GridContention, ResourceConfig
+from commsched.cost.resource_models import ClusterResources, ConstantContention, GridContention, ResourceConfig
 from commsched.cost.models import CostModel
-from commsched.planners.ddp import DDP
+from commsched.planners.stock_ddp import DDP
 from commsched.planners.libra import Libra
+from commsched.planners.base import resource_planner
 from commsched.planners.optimal import check_tolerance
 from commsched.planners.optimal_contended import certified, front_search, transitions
-from commsched.sim.contention import resource_events as run_events
+from commsched.sim.events import resource_events as run_events
 from commsched.sim.semantics import NCCL, Semantics
 from commsched.sim.timeline import prefix_bytes
 from commsched.types import ModelProfile
 
 
+@resource_planner
 @dataclass(frozen=True)
 class RSGrid:
     """One config for every bucket of DDP's default bucketing: the best of the allowed ones."""
@@ -48,6 +50,7 @@ class RSGrid:
         return ends, (best[1],) * len(ends)
 
 
+@resource_planner
 @dataclass(frozen=True)
 class RSHeuristic:
     """The resource-sharing paper's rule on DDP's default buckets (module docstring).
@@ -97,6 +100,7 @@ def default_config_semantics(resources: ClusterResources, fallback: Semantics = 
     return fallback
 
 
+@resource_planner
 @dataclass(frozen=True)
 class Joint:
     """The least predicted iteration time over every contiguous bucketing and every config per

@@ -4,7 +4,7 @@ OSF Eq. 4-6: T_comp = 3 T_forward; t_backward = 2 t_forward = 2 M C / (c pi), wi
 forward FLOPs, pi the device's peak FLOP/s and c the achieved fraction of it (the efficiency). So
 the forward takes one third of the compute and each tensor's backward twice its forward FLOPs.
 
-c is ResNet-50's (:mod:`commsched.devices`). Models run at different FLOP rates (VGG at 2.3-3x
+c is ResNet-50's (:mod:`commsched.profile.devices`). Models run at different FLOP rates (VGG at 2.3-3x
 ResNet-50's, EfficientNet at a fifth), so the achieved rate is c x r x pi with r the model's FLOP
 rate relative to that calibration, from a layer model of its forward kernels
 (:func:`flop_rate_ratio`); r = 1 where the inventory has no kernels or the device no memory bandwidth.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from commsched.devices import (
+from commsched.profile.devices import (
     CALIBRATED_EFFICIENCY,
     LAYER_COMPUTE_EFFICIENCY,
     LAYER_MEMORY_EFFICIENCY,
@@ -127,7 +127,7 @@ def estimate_profile(
     FLOPs grow linearly with the batch (every layer's work is per sample), so an inventory taken at
     batch b is scaled by ``batch_size / b``; this lets a small-batch CPU inventory stand for a large
     GPU batch. Tensors with no attributed FLOPs get backward_s = 0 (ready together with the one
-    before). ``device`` is a :class:`~commsched.devices.Device` or a preset name. ``dtype`` (fp32,
+    before). ``device`` is a :class:`~commsched.profile.devices.Device` or a preset name. ``dtype`` (fp32,
     fp16, bf16) sets the gradients' element type, so bytes = numel x its size; None keeps each
     tensor's own (the model's parameter dtype).
     """

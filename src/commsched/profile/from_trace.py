@@ -86,7 +86,7 @@ Events read:
   then starts at the device start of the first compute-stream work launched after its host start.
   ``gpu_user_annotation`` rows are never device work.
 
-Per step (DESIGN.md's profile format): ``forward_s`` = forward end - forward start;
+Per step (docs/design.md, the profile format): ``forward_s`` = forward end - forward start;
 ``backward_s[0]`` = ready_0 - forward end; ``backward_s[i]`` = ready_i - ready_{i-1}, with ready_i the
 end of the i-th AccumulateGrad in time order. The profile takes the median over steps of each, as
 ``profile --measure`` does (so the sum of the medians is not the median of the sums). Every step must
@@ -161,7 +161,7 @@ from commsched.cost.cluster import ClusterSpec
 from commsched.cost.models import Table
 from commsched.cost.fit import nondecreasing_points
 from commsched.errors import CommschedError
-from commsched.io import parse_json, read_bytes
+from commsched.formats.io import parse_json, read_bytes
 from commsched.types import MAX_BYTES, MAX_SECONDS, ModelProfile, TensorSpec, shown
 
 __all__ = [
@@ -178,6 +178,8 @@ __all__ = [
     "module_params",
     "parse_trace",
     "profile_from_trace",
+    "profile_trace_file",
+    "trace_label",
     "trace_params",
     "zoo_params",
 ]
@@ -1020,6 +1022,38 @@ def cluster_doc(result: TraceProfile) -> dict | None:
         for b, v in sorted(by_size.items())
     ]
     return doc
+
+
+def trace_label(path: str | Path) -> str:
+    """The profile's name for a trace given without a model: the file's name less its trace
+    suffixes (``rank-0.pt.trace.json.gz`` -> ``rank-0``), else ``trace``."""
+    return Path(path).name.removesuffix(".gz").removesuffix(".json").removesuffix(".pt.trace") or "trace"
+
+
+def profile_trace_file(
+    path: str | Path, model: str | None = None, batch_size: int | None = None, device: str | None = None,
+    image_size: int | None = None,
+) -> tuple[TraceProfile, dict | None]:
+    """``commsched profile --from-trace``: the profile measured from the Chrome trace at ``path``
+    and the document of its all-reduce table cluster (None when the trace has no table, see
+    :func:`allreduce_cluster`); nothing is written.
+
+    With zoo ``model`` the gradients get that model's names (:func:`zoo_params`, at
+    ``image_size``); without one they are named by position and shape (:func:`trace_params`) and
+    the profile is named after the file (:func:`trace_label`). ``batch_size`` None records batch 1,
+    a label only (the times are the traced steps' own); ``device`` None takes the trace's. A bad
+    trace or an unknown model fails before torch is imported."""
+    from commsched.models.names import ZOO_MODELS
+
+    if model is not None and model not in ZOO_MODELS:
+        raise CommschedError(f"unknown model {model!r}; choose from {', '.join(ZOO_MODELS)}")
+    if model is None and image_size is not None:
+        raise CommschedError(f"an image size ({image_size}) goes with a model: without one the gradients' shapes come from the trace")
+    trace = parse_trace(load_trace(path), str(path))
+    params = zoo_params(model, image_size) if model is not None else None
+    result = profile_from_trace(trace, params, model=model if model is not None else trace_label(path),
+                                batch_size=1 if batch_size is None else batch_size, device=device, trace_name=Path(path).name)
+    return result, cluster_doc(result)
 
 
 # --- the model's parameters (torch) ----------------------------------------------------------------

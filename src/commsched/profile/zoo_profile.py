@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from commsched.devices import CALIBRATED_EFFICIENCY, device
+from commsched.profile.devices import CALIBRATED_EFFICIENCY, device
 from commsched.models.inventory import inventory
 from commsched.models.inventory_types import ModelInventory
 from commsched.models.zoo import build_model, example_input, runs_on, training_loss
@@ -52,7 +52,7 @@ def zoo_profile(
 ) -> ModelProfile:
     """Estimated profile (OSF Eq. 4-6) of zoo model ``name`` at ``batch_size`` on preset ``device_name``.
 
-    ``efficiency`` None means the calibrated c (:data:`~commsched.devices.CALIBRATED_EFFICIENCY`),
+    ``efficiency`` None means the calibrated c (:data:`~commsched.profile.devices.CALIBRATED_EFFICIENCY`),
     scaled by the model's FLOP rate from its kernels (:func:`~commsched.profile.estimate.flop_rate_ratio`);
     ``dtype`` the gradients' element type (None: the zoo's fp32 parameters).
     """

@@ -6,11 +6,11 @@ no font or image fetched. Everything from a user's files (model, tensor, strateg
 reaches the page only inside that JSON, with ``<``, ``>`` and ``&`` written as ``\\u003c`` etc., and
 the renderer puts it into the DOM as text (``textContent``, attribute values), never as markup, so
 a tensor called ``</script><script>...`` is shown as itself. The JSON goes through
-:func:`commsched.io.dumps`, which refuses NaN and Infinity: no such token reaches a page.
+:func:`commsched.formats.io.dumps`, which refuses NaN and Infinity: no such token reaches a page.
 
 Inputs (each a :class:`ReportSection`):
 
-- ``plan``: :func:`plan_section` of a :class:`~commsched.compare.Comparison`; ``plan --out`` writes it
+- ``plan``: :func:`plan_section` of a :class:`~commsched.planners.compare.Comparison`; ``plan --out`` writes it
   as ``report-data.json`` (``commsched.report-data/v1``, kind ``plan``), which ``report`` reads back,
   since plan.json and trace.json alone lack the per-strategy table and bucket layouts.
 - ``scale``: the rows of ``scale.csv`` (:func:`scale_section`).
@@ -41,7 +41,7 @@ from commsched.scale.markers import MARKER_COLUMNS
 from commsched.types import shown
 
 if TYPE_CHECKING:
-    from commsched.compare import Comparison
+    from commsched.planners.compare import Comparison
 
 SCHEMA = "commsched.report-data/v1"
 ReportKind = Literal["plan", "scale", "validate"]
@@ -337,7 +337,7 @@ def validate_section(report: object, source: str = "validate.json") -> ReportSec
 def load_sections(path: str | Path) -> list[ReportSection]:
     """A directory: every input it holds (report-data.json, scale.csv, validate.json), in that order.
     A file: that one input."""
-    from commsched.io import read_json
+    from commsched.formats.io import read_json
 
     p = Path(path)
     if p.is_dir():
@@ -378,7 +378,7 @@ def embed_json(doc: object, what: str = "report") -> str:
     """JSON safe inside a <script> element: strict (no NaN/Infinity) and ASCII, with ``<``, ``>`` and ``&``
     escaped so that no ``</script>`` or ``<!--`` can close or change the element; U+2028/9 arrive
     escaped by ``ensure_ascii``."""
-    from commsched.io import dumps
+    from commsched.formats.io import dumps
 
     text = dumps(doc, what, ensure_ascii=True, separators=(",", ":"))
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")

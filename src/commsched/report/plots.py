@@ -25,6 +25,7 @@ from commsched.types import Timeline, shown
 
 _COLORS = {"forward": "#9ecae1", "backward": "#3182bd", "optimizer": "#756bb1"}
 _COMM = ("#e6550d", "#fdae6b")
+_ALGO_STYLES = ("-", "--", "-.", (0, (1, 1)), (0, (5, 1, 1, 1, 1, 1)))  # scale.png: one per all-reduce algorithm
 
 
 MAX_PLOT_ROWS = 100
@@ -114,6 +115,19 @@ def gantt_png(timelines: dict[str, Timeline], path: str | Path, title: str = "")
 
 def _gantt_png(timelines: dict[str, Timeline], path: str | Path, title: str) -> Path:
     plt = _pyplot()
+    fig = gantt_figure(timelines, title)
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(p, bbox_inches="tight")
+    plt.close(fig)
+    return p
+
+
+def gantt_figure(timelines: dict[str, Timeline], title: str = ""):
+    """The figure :func:`gantt_png` saves (open; the caller closes it). The legend sits in one row
+    between the title and the axes, placed in points from the axes' top edge: below the axes, in
+    axes fractions, it met the x-axis label on a chart of one timeline, whose axes are short."""
+    plt = _pyplot()
     n = len(timelines)
     fig, ax = plt.subplots(figsize=(11, 0.9 + 0.85 * n), dpi=120)
     yticks, ylabels = [], []
@@ -134,20 +148,20 @@ def _gantt_png(timelines: dict[str, Timeline], path: str | Path, title: str) -> 
     ax.set_yticks(yticks, ylabels, fontsize=8)
     ax.set_xlabel(f"time ({unit})")
     ax.grid(axis="x", alpha=0.3)
-    ax.set_title(_text(title) or "one training iteration", fontsize=10)
     from matplotlib.patches import Patch
 
     kinds = {s.kind for tl in timelines.values() for s in tl.spans}
     handles = [Patch(color=c, label=k) for k, c in _COLORS.items() if k in kinds]
     handles.append(Patch(color=_COMM[0], label="all-reduce (alternate buckets shaded)"))
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.22), fontsize=7, ncol=4, frameon=False)
+    ax.legend(
+        handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), borderaxespad=0.3,
+        fontsize=7, ncol=len(handles), frameon=False,
+    )
+    # the title above the legend's row: pad in points, whatever the axes' height
+    ax.set_title(_text(title) or "one training iteration", fontsize=10, pad=20)
     xmax = max(tl.iteration_s for tl in timelines.values()) * scale
     ax.set_xlim(0, xmax * 1.12)
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(p, bbox_inches="tight")
-    plt.close(fig)
-    return p
+    return fig
 
 
 def scaling_png(rows: Sequence[dict], path: str | Path, title: str = "", markers: Sequence = ()) -> Path:
@@ -172,6 +186,20 @@ def _scaling_png(rows: Sequence[dict], path: str | Path, title: str, markers: Se
         series.setdefault((r["model"], r["strategy"], r["algorithm"]), []).append(r)
     models = sorted({k[0] for k in series})
     algos = sorted({k[2] for k in series})
+    strategies = sorted({k[1] for k in series})
+    # A strategy keeps one colour in every panel; with several algorithms the line style says the
+    # algorithm (with one colour per series, 24 series cycled through 10 colours and two unrelated
+    # curves shared a colour).
+    # tab10 without its grey, which the "linear" line and the markers' lines use
+    palette = [c for i, c in enumerate(plt.get_cmap("tab10").colors) if i != 7] if len(strategies) <= 9 else plt.get_cmap("tab20").colors
+    colour = {st: palette[i % len(palette)] for i, st in enumerate(strategies)}
+    algo_style = {a: _ALGO_STYLES[i % len(_ALGO_STYLES)] for i, a in enumerate(algos)}
+
+    def style_of(strategy: str, algo: str) -> str | tuple:
+        if len(algos) > 1:
+            return algo_style[algo]
+        return "-" if strategy == "optimal" else "--" if strategy in ("wfbp", "synceasgd") else "-."
+
     fig, axes = plt.subplots(len(models), 2, figsize=(12, 3.6 * len(models)), dpi=110, squeeze=False)
     for mi, model in enumerate(models):
         ax_sf, ax_sp = axes[mi]
@@ -181,15 +209,16 @@ def _scaling_png(rows: Sequence[dict], path: str | Path, title: str, markers: Se
             pts = sorted(pts, key=lambda r: r["workers"])
             ws = [r["workers"] for r in pts]
             label = _text(strategy if len(algos) == 1 else f"{strategy} ({algo})")
-            style = "-" if strategy == "optimal" else "--" if strategy in ("wfbp", "synceasgd") else "-."
+            style = style_of(strategy, algo)
             width = 2.6 if strategy == "optimal" else 1.2
-            (line,) = ax_sf.plot(ws, [r["scaling_factor"] for r in pts], style, lw=width, marker="o", ms=3, label=label)
+            kw = {"ls": style, "lw": width, "marker": "o", "ms": 3, "color": colour[strategy], "label": label}
+            ax_sf.plot(ws, [r["scaling_factor"] for r in pts], **kw)
             # commsched.scale.markers: a ring where the curve bends
             for mk in markers:
                 if (mk.model, mk.strategy, mk.algorithm, mk.kind) == (m, strategy, algo, "bend"):
                     at = next(r for r in pts if r["workers"] == mk.workers)
-                    ax_sf.plot([mk.workers], [at["scaling_factor"]], "o", ms=9, mfc="none", color=line.get_color())
-            ax_sp.plot(ws, [r["speedup"] for r in pts], style, lw=width, marker="o", ms=3, label=label)
+                    ax_sf.plot([mk.workers], [at["scaling_factor"]], "o", ms=9, mfc="none", color=colour[strategy])
+            ax_sp.plot(ws, [r["speedup"] for r in pts], **kw)
         ws_all = sorted({r["workers"] for r in rows if r["model"] == model})
         ax_sp.plot(ws_all, ws_all, ":", color="gray", label="linear")
         for ax, ylabel in ((ax_sf, "scaling factor T1/(N T_N)"), (ax_sp, "speedup over one worker")):
@@ -208,14 +237,28 @@ def _scaling_png(rows: Sequence[dict], path: str | Path, title: str, markers: Se
                 text = "synceasgd < wfbp" if mk.kind == "synceasgd_overtakes_wfbp" else "optimal: 1 bucket"
                 text += "" if len(algos) == 1 else f" ({mk.algorithm})"
                 ax_sf.axvline(mk.workers, color="gray", ls=":", lw=0.8)
-                ax_sf.text(mk.workers, 0.02, _text(text), rotation=90, fontsize=6, va="bottom", ha="right")
-        ax_sf.legend(fontsize=7, ncol=2)
+                ax_sf.text(
+                    mk.workers, 0.02, _text(text), rotation=90, fontsize=6, va="bottom", ha="right",
+                    bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.7, "pad": 1},
+                )
+        # one legend per model, outside the panels on the right: inside, it hid curves and the
+        # markers' labels at the bottom of the scaling-factor panel
+        if len(algos) == 1:
+            handles, labels = ax_sp.get_legend_handles_labels()
+        else:  # a colour per strategy and a line style per algorithm, not one entry per pair
+            from matplotlib.lines import Line2D
+
+            handles = [Line2D([], [], color=colour[st], lw=2.6 if st == "optimal" else 1.2, marker="o", ms=3) for st in strategies]
+            handles += [Line2D([], [], color="black", ls=algo_style[a], lw=1.2) for a in algos]
+            handles += [Line2D([], [], color="gray", ls=":")]
+            labels = [_text(st) for st in strategies] + [_text(a) for a in algos] + ["linear"]
+        ax_sp.legend(handles, labels, fontsize=7, ncol=1 if len(labels) <= 16 else 2, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
     if title:
         fig.suptitle(_text(title), fontsize=11)
     fig.tight_layout()
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(p)
+    fig.savefig(p, bbox_inches="tight")
     plt.close(fig)
     return p
 
@@ -238,14 +281,18 @@ def validation_png(report: dict, path: str | Path) -> Path:
     stock = report["stock_ddp"]["measured_s"] * 1e3
     ax.axhline(stock, color="gray", ls=":", label=f"stock DDP measured ({stock:.0f} ms)")
     for x, r in zip(xs, (r for _, r in rows)):
-        ax.text(x + 0.2, r["iteration_s"] * 1e3, f"{r['error']:+.0%}", ha="center", va="bottom", fontsize=7)
+        # the prediction's error at the foot of its bar, where neither the no-contention mark nor a
+        # whisker reaches (on the bar's top the mark covered it)
+        ax.text(x + 0.2, 0, f"{r['error']:+.0%}", ha="center", va="bottom", fontsize=7)
     ax.set_xticks(list(xs), names, rotation=20, fontsize=8)
+    ax.set_xlabel("in each predicted bar: the prediction's error, predicted / measured - 1", fontsize=8)
     ax.set_ylabel("step time (ms)")
     ax.set_title(
         f"{report['model']} (batch {report['batch_size']}), {report['world_size']} ranks ({report['backend']}): "
-        f"predicted vs measured", fontsize=10,
+        f"predicted vs measured", fontsize=10, pad=34,
     )
-    ax.legend(fontsize=7, loc="upper left")
+    # above the axes in two rows: inside, tall whiskers on the left ran into it
+    ax.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, frameon=False, borderaxespad=0.3)
     ax.grid(axis="y", alpha=0.3)
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)

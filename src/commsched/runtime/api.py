@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from commsched.cost.cluster import ClusterSpec, preset
 from commsched.errors import CommschedError
-from commsched.io import load_cluster
+from commsched.formats.io import load_cluster
 from commsched.planners import DDP, MIN_GAIN_OVER_DDP, make_plan, planner, planner_for
 from commsched.sim.semantics import NCCL, Semantics
 from commsched.types import ModelProfile, Plan, TensorSpec
@@ -48,7 +48,7 @@ def plan_for(
     least ``min_gain`` (a fraction) faster than stock DDP's default buckets, the error measured of
     such predictions; else it is stock DDP's default buckets (strategy ``"ddp"``, with the optimum's
     name and the reason in ``params["recommended_over"]`` and ``params["reason"]``:
-    :func:`commsched.compare.recommend`). Not with ``find_unused_parameters=True``: DDP then lays
+    :func:`commsched.planners.compare.recommend`). Not with ``find_unused_parameters=True``: DDP then lays
     its default caps over the definition order, a layout :class:`Optimal` does not compute, so the
     plan is the optimum.
 
@@ -98,7 +98,7 @@ def with_unused_parameters(profile: ModelProfile, model: nn.Module, find_unused:
     gradient when measured). With it: the profile in the order DDP keeps its buckets then (reverse
     definition order), ready times the running maximum along it, unused parameters ready at the
     first gradient (see :func:`plan_for`)."""
-    from commsched.runtime.ddp import trainable_parameters
+    from commsched.runtime.data_parallel import trainable_parameters
 
     params = trainable_parameters(model)
     have = set(profile.names)
@@ -135,8 +135,8 @@ def _serving_backend(model: nn.Module) -> str | None:
 
 def _recommended(plan: Plan, stock: Plan, min_gain: float) -> Plan:
     """``plan``, or ``stock`` (stock DDP's default buckets, with the reason) where ``plan`` is not
-    predicted at least ``min_gain`` faster (:func:`commsched.compare.recommend`)."""
-    from commsched.compare import recommend
+    predicted at least ``min_gain`` faster (:func:`commsched.planners.compare.recommend`)."""
+    from commsched.planners.compare import recommend
 
     assert plan.predicted is not None and stock.predicted is not None
     same = tuple(b.tensors for b in plan.buckets) == tuple(b.tensors for b in stock.buckets)

@@ -1,8 +1,8 @@
 """Measure the all-reduce of a real process group and fit a cluster cost model to it (torch.distributed).
 
-Run it under torchrun, one process per worker::
+Run it under torchrun, one process per worker (the command is :mod:`commsched.cli.bench`)::
 
-    torchrun --nproc_per_node=2 -m commsched.runtime.bench_comm --out cluster.json [--samples samples.json]
+    torchrun --nproc_per_node=2 -m commsched bench-comm --out cluster.json [--samples samples.json]
              [--max-mb 64] [--repeats 11] [--warmup 3]
 
 Each size is timed as MG-WFBP Section 6.2 (Fig. 4) measures its clusters: all-reduces of one message
@@ -13,10 +13,7 @@ file, with both fits and the raw samples beside it.
 
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,13 +24,12 @@ import torch.distributed as dist
 
 from commsched.cost.cluster import ClusterSpec
 from commsched.cost.fit import FitReport, fit_alpha_beta, fit_piecewise_auto
-from commsched.cost.models import AlphaBeta, cost_model_from_json
 from commsched.errors import CommschedError
 from commsched.report.progress import progress as progress_bar
-from commsched.runtime.lifecycle import end_process_group
-from commsched.io import write_json
+from commsched.runtime.lifecycle import process_group, torchrun_backend
+from commsched.formats.io import write_json
 
-__all__ = ["CommSamples", "bench_allreduce", "default_sizes", "fit_cluster", "main"]
+__all__ = ["CommSamples", "bench_allreduce", "default_sizes", "fit_cluster", "human_bytes", "measure_cluster"]
 
 MIB = 1 << 20
 DEFAULT_MAX_BYTES = 256 * MIB
@@ -148,7 +144,8 @@ def _check_count(what: str, value: int, minimum: int) -> int:
     return value
 
 
-def _human_bytes(n: int) -> str:
+def human_bytes(n: int) -> str:
+    """``n`` bytes in the largest of GiB, MiB, KiB that is at least 1 (two decimals unless whole), else B."""
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= scale:
             value = n / scale
@@ -230,7 +227,7 @@ def bench_allreduce(
     highs: list[float] = []
     with progress_bar(progress and dist.get_rank() == 0, "all-reduce", len(sizes)) as bar:
         for size in sizes:
-            bar.label(f"all-reduce {_human_bytes(size):>9}")
+            bar.label(f"all-reduce {human_bytes(size):>9}")
             buf = torch.zeros(size // element_bytes, dtype=dtype, device=device)
             for _ in range(warmup):
                 dist.all_reduce(buf, group=group)
@@ -315,132 +312,24 @@ def fit_cluster(samples: CommSamples, name: str = "measured") -> tuple[ClusterSp
         allreduce=chosen.model,
         source=(
             f"measured by commsched.runtime.bench_comm: all_reduce on {samples.backend} with "
-            f"{samples.world_size} ranks, {len(sizes)} sizes from {_human_bytes(sizes[0])} to "
-            f"{_human_bytes(sizes[-1])}, slowest rank's {samples.statistic}; {chosen_name} fit chosen by "
+            f"{samples.world_size} ranks, {len(sizes)} sizes from {human_bytes(sizes[0])} to "
+            f"{human_bytes(sizes[-1])}, slowest rank's {samples.statistic}; {chosen_name} fit chosen by "
             f"{FIT_CRITERION} ({chosen.max_abs_rel_error:.1%})"
         ),
     )
     return cluster, report
 
 
-def _summary(samples: CommSamples, cluster: ClusterSpec, report: dict) -> str:
-    """A plain-text table: measured times next to both fits, then the fitted parameters."""
-    ab = cost_model_from_json(report["alpha_beta"]["allreduce"], samples.world_size)
-    assert isinstance(ab, AlphaBeta)
-    pw_json = report.get("piecewise", {})
-    pw = cost_model_from_json(pw_json["allreduce"], samples.world_size) if "allreduce" in pw_json else None
-    lines = [
-        f"all-reduce on {samples.backend}, {samples.world_size} ranks (ms; median = slowest rank's median)",
-        f"{'size':>10} {'median':>10} {'min':>10} {'max':>10} {'alpha-beta':>11} {'piecewise':>10}",
-    ]
-    for size, med, lo, hi in zip(samples.sizes_bytes, samples.time_s, samples.min_s, samples.max_s):
-        pw_ms = f"{pw.time_s(size) * 1e3:10.4f}" if pw is not None else f"{'-':>10}"
-        lines.append(
-            f"{_human_bytes(size):>10} {med * 1e3:10.4f} {lo * 1e3:10.4f} {hi * 1e3:10.4f} "
-            f"{ab.time_s(size) * 1e3:11.4f} {pw_ms}"
-        )
-    a = report["alpha_beta"]
-    bandwidth = 1 / ab.beta_s_per_byte / 1e9 if ab.beta_s_per_byte > 0 else float("inf")
-    lines.append(
-        f"alpha-beta: alpha={ab.alpha_s:.3e} s, beta={ab.beta_s_per_byte:.3e} s/B ({bandwidth:.2f} GB/s), "
-        f"max rel error {a['max_abs_rel_error']:.1%}"
-    )
-    if pw is not None:
-        p = pw_json["allreduce"]
-        lines.append(
-            f"piecewise:  threshold={_human_bytes(p['threshold_bytes'])}, a1={p['a1_s']:.3e} s, b1={p['b1_s']:.3e} s, "
-            f"a2={p['a2_s_per_byte']:.3e} s/B, b2={p['b2_s']:.3e} s, max rel error {pw_json['max_abs_rel_error']:.1%}"
-        )
-    else:
-        lines.append(f"piecewise:  not fitted ({pw_json.get('error', 'unknown reason')})")
-    lines.append(f"chosen: {report['chosen']} (by {report['criterion']})")
-    return "\n".join(lines)
-
-
-_TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="torchrun --nproc_per_node=N -m commsched.runtime.bench_comm",
-        description="Time all-reduce over a range of message sizes and write a commsched.cluster/v1 file.",
-    )
-    p.add_argument("--out", required=True, help="cluster JSON to write (with the fit report and samples)")
-    p.add_argument("--samples", help="also write the raw samples to this JSON file")
-    p.add_argument("--max-mb", type=float, default=DEFAULT_MAX_BYTES / MIB, help="largest message, MiB (default 256)")
-    p.add_argument("--repeats", type=int, default=11, help="timed all-reduces per size (default 11)")
-    p.add_argument("--warmup", type=int, default=3, help="un-timed all-reduces per size (default 3)")
-    p.add_argument("--name", default="measured", help="cluster name (default 'measured')")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    return p
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point under torchrun; returns the exit code (0, or 2 with one line on stderr for a CommschedError).
-
-    Initialises the process group from torchrun's environment (NCCL when CUDA is available, else
-    gloo), runs :func:`bench_allreduce` on every rank, and on rank 0 fits, writes ``--out`` (the
-    cluster document plus ``"fit"`` and ``"samples"`` keys, which the cluster schema allows),
-    optionally ``--samples``, and prints a summary table. The process group is destroyed at the end.
-    """
-    args = _parser().parse_args(argv)
-    try:
-        max_bytes = _check_args(args)
-    except CommschedError as e:
-        # Every rank sees the same arguments: one line from rank 0 (or a lone process) is enough.
-        if os.environ.get("RANK", "0") == "0":
-            print(f"error: {e}", file=sys.stderr)
-        return 2
-    try:
-        return _run(args, max_bytes)
-    except CommschedError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-
-
-def _check_args(args: argparse.Namespace) -> int:
-    """Validate the arguments and the torchrun environment; the largest message in bytes."""
-    if not args.max_mb > 0:
-        raise CommschedError(f"--max-mb must be > 0, got {args.max_mb!r}")
-    max_bytes = int(args.max_mb * MIB)
-    if max_bytes < 4:
-        raise CommschedError(f"--max-mb {args.max_mb!r} is below one 4-byte element")
-    _check_count("--repeats", args.repeats, 1)
-    _check_count("--warmup", args.warmup, 0)
-    missing = [k for k in _TORCHRUN_ENV if k not in os.environ]
-    if missing:
-        raise CommschedError(
-            f"no process group environment ({', '.join(missing)} unset); run under torchrun, e.g. "
-            f"torchrun --nproc_per_node=2 -m commsched.runtime.bench_comm --out cluster.json"
-        )
-    return max_bytes
-
-
-def _run(args: argparse.Namespace, max_bytes: int) -> int:
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    if backend == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group(backend=backend)
-    clean = False
-    try:
-        samples = bench_allreduce(
-            max_bytes=max_bytes, warmup=args.warmup, repeats=args.repeats, progress=not args.no_progress
-        )
-        if dist.get_rank() == 0:
-            cluster, report = fit_cluster(samples, name=args.name)
-            doc = cluster.to_json()
-            doc["fit"] = report
-            doc["samples"] = samples.to_json()
-            write_json(args.out, doc)
-            if args.samples:
-                write_json(args.samples, samples.to_json())
-            print(_summary(samples, cluster, report))
-            print(f"wrote {args.out}" + (f" and {args.samples}" if args.samples else ""))
-        clean = True
-    finally:
-        end_process_group(clean)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def measure_cluster(
+    max_bytes: int = DEFAULT_MAX_BYTES, *, warmup: int = 3, repeats: int = 11, name: str = "measured", progress: bool = True,
+) -> tuple[CommSamples, ClusterSpec, dict] | None:
+    """``commsched bench-comm`` under torchrun: every rank joins the process group of torchrun's
+    environment (NCCL when CUDA is available, else gloo), times :func:`bench_allreduce` up to
+    ``max_bytes``, and rank 0 fits (:func:`fit_cluster`). The process group is ended before it
+    returns: (samples, cluster, fit report) on rank 0, None on the other ranks."""
+    with process_group(torchrun_backend()):
+        samples = bench_allreduce(max_bytes=max_bytes, warmup=warmup, repeats=repeats, progress=progress)
+        if dist.get_rank() != 0:
+            return None
+        cluster, report = fit_cluster(samples, name=name)
+    return samples, cluster, report

@@ -1,6 +1,6 @@
-"""The CUDA side of ``commsched bench-resources`` (see :mod:`commsched.runtime.bench_resources`):
-all-reduce alone per block count and size, and a backward pass's slowdown beside all-reduces of
-each block count. Needs CUDA and NCCL; not run on a GPU here (its decisions are tested on the CPU).
+"""The CUDA side of ``commsched bench-resources`` (the command is :mod:`commsched.cli.bench`, the
+samples and their fit :mod:`commsched.cost.resource_samples`): all-reduce alone per block count and
+size, and a backward pass's slowdown beside all-reduces of each block count. Needs CUDA and NCCL; not run on a GPU here (its decisions are tested on the CPU).
 
 Two ways to set the block count (``mechanism``):
 
@@ -46,9 +46,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from commsched.cost.contention import ResourceConfig
+from commsched.cost.resource_models import ResourceConfig
 from commsched.errors import CommschedError
-from commsched.runtime.bench_resources import ResourceSamples, check_world_size
+from commsched.cost.resource_samples import ResourceSamples, check_world_size
 from commsched.runtime.resource_hook import resource_groups
 
 BACKWARD_BATCH = 32  # resnet18 at 224x224, as the resource-sharing paper's Figure 4 model

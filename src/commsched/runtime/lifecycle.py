@@ -11,8 +11,12 @@ backends use the plain barrier, bounded by the process group's timeout.
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
 from datetime import timedelta
 
+import torch
 import torch.distributed as dist
 
 
@@ -27,3 +31,26 @@ def end_process_group(clean: bool, timeout_s: float = 120.0) -> None:
                 dist.barrier()
     finally:
         dist.destroy_process_group()
+
+
+def torchrun_backend() -> str:
+    """NCCL when this process sees a CUDA device, else gloo; with NCCL the rank's device is set to
+    ``LOCAL_RANK`` (torchrun's local rank), so that each rank of a node has a GPU of its own."""
+    if not torch.cuda.is_available():
+        return "gloo"
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    return "nccl"
+
+
+@contextlib.contextmanager
+def process_group(backend: str) -> Iterator[None]:
+    """The default process group from torchrun's environment for the ``with`` body, then ended by
+    :func:`end_process_group`: cleanly (every rank arrives first) when the body returned, at once
+    when it raised."""
+    dist.init_process_group(backend=backend)
+    clean = False
+    try:
+        yield
+        clean = True
+    finally:
+        end_process_group(clean)

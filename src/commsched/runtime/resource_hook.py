@@ -62,7 +62,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from commsched.cost.contention import ResourceConfig, config_from_json
+from commsched.cost.resource_models import ResourceConfig, config_from_json
 from commsched.errors import CommschedError
 from commsched.types import Plan
 

@@ -4,7 +4,7 @@ backward compute slow each other down. Every simulation and every planner takes 
 Backends (``backend``, ``threads``):
 
 - ``nccl``: one stream per communicator, so a process group's all-reduces run one at a time in the
-  order launched (DESIGN.md's reference semantics; ``threads`` is 1).
+  order launched (docs/design.md's reference semantics; ``threads`` is 1).
 - ``gloo``: ``ProcessGroupGloo`` puts every collective on one FIFO work queue served by
   ``options.threads`` worker threads (2 unless the group was made with other options: torch 2.14's
   ``ProcessGroupGloo::runLoop`` pops the queue's front, each thread runs one collective to its end),
@@ -37,14 +37,14 @@ Contention (LIBRA's g(b, r) in its simplest measured form, with a per-call term)
   It was first seen as a cost, beside compute only: on
   the emulated cluster, buckets that stock DDP launched one per gradient from the backward pass
   took 0.10-0.28 ms more per call while the pass ran than a chain of 16 KiB all-reduces launched
-  at its start, and went at their speed alone once it ended (``benchmarks/tail_rate.py``,
+  at its start, and went at their speed alone once it ended (``benchmarks/investigations/tail_rate.py``,
   BENCHMARKS.md; those passes were recorded, and with hundreds of buckets the recorder itself
   costs 8-15% of a step);
 - ``launch_compute_s`` e: an all-reduce launched while backward compute still has work to do costs
   compute e more seconds of work, right after the launch (at the rates above). DDP's reducer
   launches a bucket from the backward pass, and on the emulated cluster stock DDP with one bucket
   per gradient slowed mobilenet_v2's backward pass about twice as much as one long all-reduce or a
-  chain of 16 KiB ones in flight (``benchmarks/tail_rate.py``, BENCHMARKS.md): a cost per launch,
+  chain of 16 KiB ones in flight (``benchmarks/investigations/tail_rate.py``, BENCHMARKS.md): a cost per launch,
   not per second in flight (recorded too).
   ``validate`` fits e to an unrecorded pass of stock DDP with one bucket per gradient
   (:func:`commsched.calibrate.launch.launch_costs`);
@@ -70,7 +70,7 @@ Contention (LIBRA's g(b, r) in its simplest measured form, with a per-call term)
   (1.14-1.28) (BENCHMARKS.md); no single factor or (1 + m)(T + d) form fits both.
 
 The factor acts only while compute runs, like m: measured, 16 KiB all-reduces still queued when a
-backward pass ended went at their speed alone (``benchmarks/tail_rate.py``). (Until issue 11's
+backward pass ended went at their speed alone (``benchmarks/investigations/tail_rate.py``). (Until issue 11's
 last change it was charged whole when a bucket was launched under compute, so the buckets of a
 many-bucket plan queued past the end of backward kept their under-compute speed; with that and
 without e, mobilenet_v2's 158-bucket plan was predicted 8% short, with both changes -1.2%,
@@ -90,7 +90,7 @@ from typing import Literal
 
 import numpy as np
 
-from commsched.cost.contention import interp_log2, size_points
+from commsched.cost.resource_models import interp_log2, size_points
 from commsched.errors import CommschedError
 
 Backend = Literal["nccl", "gloo"]

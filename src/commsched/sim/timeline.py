@@ -1,4 +1,4 @@
-"""The iteration simulator: the contract every strategy is scored against (DESIGN.md).
+"""The iteration simulator: the contract every strategy is scored against (docs/design.md).
 
 - backward compute is sequential; tensor i is ready at ready_i = forward_s + sum(backward_s[0..i]);
 - a bucket is a contiguous run of tensors in ready order and is ready when its last tensor is;
@@ -80,7 +80,7 @@ def buckets_of(profile: ModelProfile, ends: Sequence[int]) -> tuple[Bucket, ...]
 
 
 def simulate(profile: ModelProfile, ends: Sequence[int], cost: CostModel) -> Timeline:
-    """The full timeline of one iteration for the bucketing ``ends`` (DESIGN.md semantics)."""
+    """The full timeline of one iteration for the bucketing ``ends`` (docs/design.md, the simulator's semantics)."""
     check_ends(ends, len(profile.tensors))
     ready = profile.ready_s
     pb = prefix_bytes(profile)

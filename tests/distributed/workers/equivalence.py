@@ -66,7 +66,7 @@ def train(wrapped: nn.Module, params, rank: int) -> None:
 
 
 def main() -> None:
-    from commsched.runtime.ddp import DataParallel
+    from commsched.runtime.data_parallel import DataParallel
 
     rank, world = common.init()
     plans = common.plans_for(make(), STRATEGIES)

@@ -16,9 +16,9 @@ CASE = sys.argv[1]
 
 
 def main() -> None:
-    import commsched.runtime.ddp as ddp_mod
+    import commsched.runtime.data_parallel as ddp_mod
     from commsched.errors import CommschedError
-    from commsched.runtime.ddp import DataParallel
+    from commsched.runtime.data_parallel import DataParallel
     from commsched.types import Bucket, Plan
 
     rank, world = common.init()

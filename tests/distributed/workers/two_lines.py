@@ -32,7 +32,7 @@ class WithUnused(nn.Module):
 def main() -> None:
     import commsched
     from commsched.errors import CommschedError
-    from commsched.io import plan_to_json, write_json
+    from commsched.formats.io import plan_to_json, write_json
 
     rank, _ = common.init()
     unused = MODE.startswith("unused")

@@ -253,7 +253,7 @@ class LaunchSteps:
     :meth:`SharedWeights.module`); the gradients are freed after each pass."""
 
     def __init__(self, order: ModelProfile, model: nn.Module, inputs: tuple, loss_fn, planner=None) -> None:
-        from commsched.runtime.ddp import ddp_options
+        from commsched.runtime.data_parallel import ddp_options
 
         self.model = model
         plan = make_plan(planner or WFBP(), order, _NO_COSTS)
@@ -427,7 +427,7 @@ class ProfileStepRunner:
     ``shared`` gives the model and the optimizer's momentum; the gradients are freed after each step."""
 
     def __init__(self, order: ModelProfile, shared: SharedWeights, inputs: tuple, loss_fn) -> None:
-        from commsched.runtime.ddp import ddp_options
+        from commsched.runtime.data_parallel import ddp_options
         from commsched.runtime.record import StepRecorder
 
         self.model = shared.module()
@@ -483,7 +483,7 @@ class Variant:
     of a turn then has none to free)."""
 
     def __init__(self, plan: Plan | None, shared: SharedWeights, inputs: tuple, loss_fn) -> None:
-        from commsched.runtime.ddp import ddp_options
+        from commsched.runtime.data_parallel import ddp_options
 
         self.plan = plan
         self.model = shared.module()

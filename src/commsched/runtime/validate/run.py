@@ -72,13 +72,13 @@ from commsched.calibrate.report import (
     measured_timeline,
     partial_report,
     write_atomic,
-    write_outputs,
 )
 from commsched.calibrate.semantics_fit import measured_semantics
 from commsched.calibrate.stats import STOCK
 from commsched.cost.cluster import ClusterSpec
 from commsched.errors import CommschedError
 from commsched.planners import make_plan, planner_for
+from commsched.report.outputs import write_validate_files
 from commsched.runtime.validate import memory
 from commsched.runtime.validate.config import ValidationConfig
 from commsched.runtime.validate.probes import (
@@ -310,9 +310,9 @@ def plan_phase(job: Job, before: Before) -> dict[str, Plan]:
 
 def recommendation_of(before: Before, plans: dict[str, Plan], min_gain: float) -> dict:
     """What a user of these numbers would be told to run before the rounds (``commsched plan``'s
-    rule, :func:`commsched.compare.recommend`): the fastest plan predicted, unless it is predicted
+    rule, :func:`commsched.planners.compare.recommend`): the fastest plan predicted, unless it is predicted
     less than ``min_gain`` faster than stock DDP's default buckets under the same semantics."""
-    from commsched.compare import recommend
+    from commsched.planners.compare import recommend
     from commsched.planners import DDP
 
     stock = make_plan(DDP(), before.profile, before.cluster.allreduce, before.semantics)
@@ -325,7 +325,7 @@ def recommendation_of(before: Before, plans: dict[str, Plan], min_gain: float) -
 
 def header_of(job: Job, before: Before, plans: dict[str, Plan]) -> dict:
     """What the run knows once its plans are made: the start of every ``validate.json`` it writes."""
-    from commsched.io import plan_to_json
+    from commsched.formats.io import plan_to_json
 
     cfg = job.cfg
     return header(
@@ -417,7 +417,7 @@ def record_round(job: Job, before: Before, head: dict, rounds: Rounds) -> None:
     predictions; the finished run writes the rounds' profile over it)."""
     if job.rank != 0:
         return
-    from commsched.io import profile_to_json, write_json
+    from commsched.formats.io import profile_to_json, write_json
 
     if rounds.done == 0:
         write_json(job.out / "profile.json", profile_to_json(before.profile))
@@ -452,7 +452,7 @@ def record_phase(job: Job, before: Before, variants: dict[str, Variant]) -> tupl
 
 def report_phase(job: Job, before: Before, head: dict, rounds: Rounds, records: dict[str, list], timelines: list[dict]) -> dict | None:
     """On rank 0: the report (:func:`~commsched.calibrate.report.build_report`) from the rounds'
-    numbers, written with its plots (:func:`~commsched.calibrate.report.write_outputs`); None elsewhere."""
+    numbers, written with its plots (:func:`~commsched.report.outputs.write_validate_files`); None elsewhere."""
     rss = gather(memory.rss_bytes())
     if job.rank != 0:
         return None
@@ -463,7 +463,7 @@ def report_phase(job: Job, before: Before, head: dict, rounds: Rounds, records: 
         head, steps_table, rounds.probes(), rounds.measured(), rounds.light_before, job.cfg.resamples, job.threads, timelines, memory=job.memory
     )
     best = report["best_measured"]
-    write_outputs(report, records[best], steps_table.profile(), _plans_of(head)[best], in_rounds, semantics, job.out)
+    write_validate_files(report, records[best], steps_table.profile(), _plans_of(head)[best], in_rounds, semantics, job.out)
     return report
 
 
@@ -471,7 +471,7 @@ def report_phase(job: Job, before: Before, head: dict, rounds: Rounds, records: 
 
 
 def _plans_of(head: dict) -> dict[str, Plan]:
-    from commsched.io import plan_from_json
+    from commsched.formats.io import plan_from_json
 
     return {name: plan_from_json(doc, where=name) for name, doc in head["plans"].items()}
 

@@ -46,7 +46,7 @@ def stock_ddp(model, planner, order):
 
     from commsched.cost.models import Table
     from commsched.planners import make_plan
-    from commsched.runtime.ddp import ddp_options
+    from commsched.runtime.data_parallel import ddp_options
 
     m = copy.deepcopy(model)
     ddp = DistributedDataParallel(m, **ddp_options(make_plan(planner, order, Table((1, 2), (1.0, 1.0))), m))

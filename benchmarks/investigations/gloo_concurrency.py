@@ -2,7 +2,7 @@
 they slow compute more than one does?
 
 Run on the emulated 2-node cluster (as root, from the repo):
-    .venv/bin/commsched emulate --nodes 2 --rate-mbit 2000 -- benchmarks/gloo_concurrency.py
+    .venv/bin/commsched emulate --nodes 2 --rate-mbit 2000 -- benchmarks/investigations/gloo_concurrency.py
 1. For messages of 4 KiB to 64 MiB: one all-reduce alone, two one after the other, and two launched
    together (gloo runs them on its two worker threads at once); median over repeats of the slowest
    rank's time. gain = 2 x one / together - 1 (0: they share the link; 1: they do not slow each other).

@@ -10,7 +10,7 @@ Two ways, the same buckets:
   with ``record=True`` every step's timeline is recorded (:mod:`commsched.runtime.record`).
   After construction it *is* stock DDP: same reducer, same comm path, no comm hook (recording or not).
 
-What DDP does with the caps, from the first step on, is in :mod:`commsched.ddp_buckets`: iteration 0
+What DDP does with the caps, from the first step on, is in :mod:`commsched.planners.stock_ddp`: iteration 0
 buckets the parameters in definition order with the same caps; from iteration 1 (after DDP's bucket
 rebuild) the buckets are the plan's. With ``find_unused_parameters=True`` DDP never rebuilds, so the
 caps are laid over the definition order instead, which reproduces the plan where its buckets are
@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from commsched.ddp_buckets import Expression, TensorInfo, express
+from commsched.planners.stock_ddp import Expression, TensorInfo, express
 from commsched.errors import CommschedError
 from commsched.types import Plan
 

@@ -16,7 +16,7 @@ Phases: forward (to the DDP forward hook), backward (from there to the return of
 optimizer (``zero_grad`` and ``step``), and the whole step.
 
 Run (as root, from the repo):
-    .venv/bin/commsched emulate --nodes 2 --rate-mbit 2000 -- benchmarks/step_phases.py mobilenet_v2 16 64 16
+    .venv/bin/commsched emulate --nodes 2 --rate-mbit 2000 -- benchmarks/investigations/step_phases.py mobilenet_v2 16 64 16
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ min gain over stock DDP is set (``MIN_GAIN_OVER_DDP``: its 90th percentile, roun
 
 Run (from the repo, no cluster needed; each argument a directory of runs, one folder per model, as
 ``benchmarks/validate_emulated.py`` writes them):
-    .venv/bin/python benchmarks/launch_ratio_check.py out/bench-o/500 out/bench-o/2000
+    .venv/bin/python benchmarks/investigations/launch_ratio_check.py out/bench-o/500 out/bench-o/2000
 """
 
 import statistics
@@ -18,9 +18,9 @@ from pathlib import Path
 
 from commsched.calibrate import anchors_of, contention_of, drifted, launch_costs, load_validate_report, profile_steps_of, semantics_of
 from commsched.cost.cluster import cluster_from_json
-from commsched.io import load_profile, plan_from_json
+from commsched.formats.io import load_profile, plan_from_json
 from commsched.planners import DDP
-from commsched.sim.contention import simulate_run
+from commsched.sim.events import simulate_run
 from commsched.sim.timeline import ends_of_plan
 
 

@@ -6,7 +6,7 @@ medians; and which passes the rule left out.
 
 Run (from the repo, no cluster needed; each argument a directory of runs, one folder per model, as
 ``benchmarks/validate_emulated.py`` writes them):
-    .venv/bin/python benchmarks/stall_check.py out/bench-o/500 out/bench-o/2000
+    .venv/bin/python benchmarks/investigations/stall_check.py out/bench-o/500 out/bench-o/2000
 """
 
 import statistics
@@ -17,7 +17,7 @@ from pathlib import Path
 from launch_ratio_check import load_run
 
 from commsched.calibrate import STALL_SEPARATION, launch_costs, load_validate_report, unstalled
-from commsched.sim.contention import simulate_run
+from commsched.sim.events import simulate_run
 
 RULES = {"unstalled": STALL_SEPARATION, "all passes": float("inf")}
 

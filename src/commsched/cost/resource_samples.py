@@ -1,41 +1,28 @@
-"""GPU microbenchmarks for per-bucket resources, and the fit of their samples into a cluster file
-(issue 13, item 3).
+"""Samples of ``commsched bench-resources`` (all-reduce time per config and size, backward slowdown
+per config) and their fit into a cluster with per-all-reduce resources (issue 13, item 3). Pure: the
+measuring is :mod:`commsched.runtime.gpu_bench` (CUDA), the command :mod:`commsched.cli.bench`.
 
-Measuring (``torchrun --nproc_per_node=N -m commsched bench-resources --out samples.json``, CUDA
-and NCCL only, N >= 2: NCCL runs no kernel for one rank): for each block count B of ``--blocks``,
-an NCCL group whose all-reduces get B channels (by default through commsched's NCCL tuner plugin,
-item 2; ``--mechanism groups`` uses communicators with min_ctas = max_ctas = B instead, see
-:mod:`commsched.runtime.gpu_bench`, which says how each time is taken) times all-reduce alone at
-each size, and the slowdown of a backward pass (torchvision resnet18, batch 32; the backward
-alone, its forward untimed) while all-reduces of that group run beside it on another stream.
-A script can call :func:`commsched.runtime.gpu_bench.measure_resources` with its own world size,
-device and model; the samples record how many GPUs the ranks ran on (``gpus``). Threads per block are
-NCCL_NTHREADS, one value per process: the command measures the configs B x NCCL_NTHREADS (it
-refuses when the variable is unset) and is run once per thread count, and ``--fit`` merges the
-sample files.
+Measuring (``torchrun --nproc_per_node=N -m commsched bench-resources --out samples.json``, CUDA and
+NCCL only, N >= 2): threads per block are NCCL_NTHREADS, one value per process, so the command runs
+once per thread count and :func:`fit_sample_files` merges the files
+(``commsched bench-resources --fit a.json b.json ... --out cluster.json``, any machine).
 
-Fitting (``commsched bench-resources --fit a.json b.json ... --out cluster.json``, any machine):
 :func:`fit_resource_cluster` makes the measured-grid contention model of
-:mod:`commsched.cost.contention` (all-reduce time relative to the default config at each size,
+:mod:`commsched.cost.resource_models` (all-reduce time relative to the default config at each size,
 compute slowdown per config), an alpha-beta all-reduce cost from the default config's times, and
 reports LIBRA's Eq. 5 fitted to the same compute samples beside the grid.
-
-The fitting is tested here on the resource-sharing paper's CSVs and on synthetic samples; the
-measuring path is written against the documented APIs and has not run on a GPU.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import statistics
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from commsched.cost.cluster import ClusterSpec
-from commsched.cost.contention import (
+from commsched.cost.resource_models import (
     ClusterResources,
     ResourceConfig,
     config_from_json,
@@ -44,7 +31,6 @@ from commsched.cost.contention import (
 )
 from commsched.cost.fit import fit_alpha_beta
 from commsched.errors import CommschedError
-from commsched.io import write_json
 
 SAMPLES_SCHEMA = "commsched.resource_samples/v1"
 DEFAULT_SIZES = tuple(1 << k for k in range(12, 29, 2))  # 4 KiB .. 256 MiB
@@ -105,6 +91,25 @@ def samples_from_json(doc: object, where: str = "samples") -> ResourceSamples:
     if gpus is not None and not 1 <= gpus <= workers:
         raise CommschedError(f"{where}: gpus must be 1..workers ({workers}), got {gpus}")
     return ResourceSamples(workers, allreduce, compute, str(doc.get("device", "")), gpus)
+
+
+def load_samples(path: str | Path) -> ResourceSamples:
+    """A ``commsched.resource_samples/v1`` file; errors name the file."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise CommschedError(f"{p}: not JSON ({e})") from None
+    return samples_from_json(doc, str(p))
+
+
+def config_from_text(text: str) -> ResourceConfig:
+    """``BxT`` (blocks x threads per block, e.g. ``2x256``) as a :class:`ResourceConfig`."""
+    try:
+        b, t = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise CommschedError(f"a config is BxT, blocks x threads per block (e.g. 2x256), got {text!r}") from None
+    return ResourceConfig(b, t)
 
 
 def merge(samples: Sequence[ResourceSamples]) -> ResourceSamples:
@@ -170,83 +175,20 @@ def fit_resource_cluster(samples: ResourceSamples, default: ResourceConfig, name
     return cluster, report
 
 
+def fit_sample_files(paths: Sequence[str | Path], default: ResourceConfig, name: str = "measured-resources") -> tuple[ClusterSpec, dict]:
+    """``commsched bench-resources --fit``: the sample files (one per NCCL_NTHREADS value, one
+    machine) merged and fitted by :func:`fit_resource_cluster`; the cluster and its fit report (the
+    cluster file is ``{**cluster.to_json(), "fit": report}``)."""
+    return fit_resource_cluster(merge([load_samples(p) for p in paths]), default, name)
+
+
 def _where(samples: ResourceSamples) -> str:
     if samples.gpus is not None and samples.gpus < samples.workers:
         return f"{samples.workers} ranks sharing {samples.gpus} GPU{'s' if samples.gpus > 1 else ''}"
     return f"{samples.workers} GPUs"
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="commsched bench-resources",
-        description="Measure all-reduce time and backward slowdown per NCCL config (under torchrun, CUDA), "
-        "or fit sample files into a cluster with resources (--fit).",
-    )
-    p.add_argument("--out", required=True, help="samples JSON to write (measuring) or cluster JSON (with --fit)")
-    p.add_argument("--fit", nargs="+", metavar="SAMPLES", help="fit these sample files (one per NCCL_NTHREADS) instead of measuring")
-    p.add_argument("--default", default="2x256", help="the library default config BxT, what null resources get (default 2x256)")
-    p.add_argument("--name", default="measured-resources", help="cluster name (with --fit)")
-    p.add_argument("--blocks", default="1,2,3,4", help="block counts to measure (default 1,2,3,4)")
-    p.add_argument("--repeats", type=int, default=11, help="timed repetitions per point (default 11)")
-    p.add_argument(
-        "--mechanism", choices=("tuner", "groups"), default="tuner",
-        help="how blocks are set: commsched's NCCL tuner plugin (default; needs a C compiler) "
-        "or process groups with min_ctas = max_ctas",
-    )
-    return p
-
-
-def _config(text: str) -> ResourceConfig:
-    try:
-        b, t = (int(x) for x in text.lower().split("x"))
-    except ValueError:
-        raise CommschedError(f"a config is BxT, blocks x threads per block (e.g. 2x256), got {text!r}") from None
-    return ResourceConfig(b, t)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; 0, or 2 with one line on stderr for a bad argument or a machine it cannot run on."""
-    args = _parser().parse_args(argv)
-    try:
-        if args.fit:
-            samples = merge([samples_from_json(json.loads(open(f).read()), f) for f in args.fit])
-            cluster, report = fit_resource_cluster(samples, _config(args.default), args.name)
-            doc = cluster.to_json()
-            doc["fit"] = report
-            write_json(args.out, doc)
-            print(f"wrote {args.out}: {len(cluster.resources.allowed)} configs, default {cluster.resources.default.short}")
-            return 0
-        return _measure(args)
-    except (CommschedError, OSError) as e:
-        if os.environ.get("RANK", "0") == "0":
-            print(f"error: {e}", file=sys.stderr)
-        return 2
-
-
-def _measure(args: argparse.Namespace) -> int:
-    world = os.environ.get("WORLD_SIZE", "").strip()
-    if world:  # under torchrun: a world it cannot time is refused before anything else
-        check_world_size(int(world) if world.isdigit() else world)
-    import torch
-
-    if not torch.cuda.is_available():  # what follows needs CUDA GPUs (gpu_bench)
-        raise CommschedError(
-            "bench-resources measures NCCL on GPUs and this machine has no CUDA device "
-            "(torch.cuda.is_available() is False); fit samples measured elsewhere with --fit"
-        )
-    threads = os.environ.get("NCCL_NTHREADS", "").strip()
-    if not threads.isdigit():
-        raise CommschedError("set NCCL_NTHREADS to the threads per block to measure (NCCL has one value per process); run once per value")
-    if any(k not in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")):
-        raise CommschedError("run under torchrun, e.g. NCCL_NTHREADS=256 torchrun --nproc_per_node=2 -m commsched bench-resources --out s.json")
-    blocks = [int(b) for b in args.blocks.split(",")]
-    from commsched.runtime.gpu_bench import measure_resources
-
-    samples = measure_resources(blocks, int(threads), DEFAULT_SIZES, args.repeats, args.mechanism)
-    if int(os.environ["RANK"]) == 0:
-        write_json(args.out, samples.to_json())
-        print(f"wrote {args.out}")
-    return 0
-
-
-__all__ = ["ResourceSamples", "check_world_size", "fit_resource_cluster", "main", "merge", "samples_from_json"]
+__all__ = [
+    "DEFAULT_SIZES", "SAMPLES_SCHEMA", "ResourceSamples", "check_world_size", "config_from_text", "fit_resource_cluster",
+    "fit_sample_files", "load_samples", "merge", "samples_from_json",
+]

@@ -4,7 +4,7 @@ the start of the pass (as ``validate``'s chain probes launch them). Issue 11, it
 the many-bucket prediction errors.
 
 Run on the emulated cluster (as root, from the repo):
-    .venv/bin/commsched emulate --nodes 2 --rate-mbit 2000 -- benchmarks/per_call_compute.py mobilenet_v2 16 64 12
+    .venv/bin/commsched emulate --nodes 2 --rate-mbit 2000 -- benchmarks/investigations/per_call_compute.py mobilenet_v2 16 64 12
 
 Each round, every rank in lockstep, interleaved: a backward pass alone (B0); under one long
 all-reduce launched at its start (compute slowdown c, as ``validate`` estimates it); with one
@@ -167,7 +167,7 @@ def main() -> None:
         # as the profile, one 16 KiB bucket per gradient, T = the chain's per-call time alone, the
         # chain's factor under compute, c; gloo's two threads sharing the link
         from commsched.cost.models import Table
-        from commsched.sim.contention import simulate_run
+        from commsched.sim.events import simulate_run
         from commsched.sim.semantics import Semantics
         from commsched.types import ModelProfile, TensorSpec
 

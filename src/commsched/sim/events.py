@@ -1,6 +1,6 @@
 """The simulator under a runtime's execution semantics and contention (:mod:`commsched.sim.semantics`).
 
-Backward compute is sequential as in DESIGN.md; bucket j is launched when its last tensor is ready
+Backward compute is sequential as in docs/design.md; bucket j is launched when its last tensor is ready
 (every earlier bucket is launched by then: ready times only grow). Launched all-reduces wait in a
 FIFO queue for one of the runtime's ``threads`` (1 for NCCL's stream, 2 for gloo's worker threads);
 the n in flight each progress at (1 + gain (n - 1)) / n of their solo speed, and at 1 / (1 + m) of
@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from commsched.cost.contention import ClusterResources, ResourceConfig
+from commsched.cost.resource_models import ClusterResources, ResourceConfig
 from commsched.cost.models import CostModel
 from commsched.errors import CommschedError
 from commsched.sim.semantics import NCCL, Semantics, factor_with_call
@@ -54,7 +54,7 @@ def simulate_resources(
     (property tests check both).
 
     On a stock-NCCL cluster each bucket runs as the config NCCL uses at its size
-    (:meth:`~commsched.cost.contention.ClusterResources.effective`: fewer channels, and fewer
+    (:meth:`~commsched.cost.resource_models.ClusterResources.effective`: fewer channels, and fewer
     threads, for small all-reduces); its span says so (``2x256, runs 1x256``).
     """
     check_ends(ends, len(profile.tensors))
@@ -82,9 +82,9 @@ def resource_events(
 
 def resource_terms(pb, ends, cost: CostModel, resources: ClusterResources, configs: Sequence[ResourceConfig]):
     """Per bucket: its all-reduce's time alone (q + a), the factor p / q by which it slows while
-    compute runs, and compute's time factor under it (:mod:`commsched.cost.contention`), all for
+    compute runs, and compute's time factor under it (:mod:`commsched.cost.resource_models`), all for
     the config the bucket runs as at its size (on stock NCCL the channels NCCL uses there,
-    :meth:`~commsched.cost.contention.ClusterResources.effective`; the config itself elsewhere)."""
+    :meth:`~commsched.cost.resource_models.ClusterResources.effective`; the config itself elsewhere)."""
     model = resources.contention
     alone, slow, cfac = [], [], []
     for j, end in enumerate(ends):

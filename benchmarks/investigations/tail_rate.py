@@ -19,7 +19,7 @@ ended. This measures it, every rank in lockstep, interleaved each round:
   "ddp1", whose backward pass copies the gradients into a bucket as wfbp's does).
 
 Run (as root, from the repo):
-    .venv/bin/commsched emulate --nodes 2 --rate-mbit 2000 -- benchmarks/tail_rate.py mobilenet_v2 16 64 12
+    .venv/bin/commsched emulate --nodes 2 --rate-mbit 2000 -- benchmarks/investigations/tail_rate.py mobilenet_v2 16 64 12
 Rank 0 prints medians over rounds of the slowest rank, with min and max.
 """
 

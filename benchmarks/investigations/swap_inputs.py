@@ -10,7 +10,7 @@ The run's ``profile.json`` has the rounds' per-tensor times; the profile before 
 only as totals, so its per-tensor backward times are the rounds' scaled to its backward total.
 
 Run (from the repo, no cluster needed):
-    .venv/bin/python benchmarks/swap_inputs.py out/bench-m/2000/alexnet
+    .venv/bin/python benchmarks/investigations/swap_inputs.py out/bench-m/2000/alexnet
 """
 
 import itertools
@@ -20,9 +20,9 @@ from pathlib import Path
 
 from commsched.calibrate import load_validate_report
 from commsched.cost.cluster import cluster_from_json
-from commsched.io import load_profile, plan_from_json
+from commsched.formats.io import load_profile, plan_from_json
 from commsched.planners import DDP
-from commsched.sim.contention import simulate_run
+from commsched.sim.events import simulate_run
 from commsched.sim.semantics import semantics_from_json
 from commsched.sim.timeline import ends_of_plan
 

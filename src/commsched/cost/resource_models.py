@@ -6,7 +6,7 @@ resources make an all-reduce faster (up to a point) and the backward kernels it 
 (resource-sharing paper, Sections 4.2.1-4.2.2, Figures 2-3).
 
 A contention model answers two questions for a config R (every model here, and the simulator in
-:mod:`commsched.sim.contention` that uses them, follows LIBRA's stage model, Eq. 8-15):
+:mod:`commsched.sim.events` that uses them, follows LIBRA's stage model, Eq. 8-15):
 
 - ``compute_factor(R)``: backward compute overlapped with an all-reduce of config R takes this many
   times its time alone (LIBRA's g(b, r) / b, Eq. 5; the resource-sharing paper's Figure 3 slowdown);

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from commsched.compare import compare
+from commsched.planners.compare import compare
 from commsched.cost.cluster import ClusterSpec
 from commsched.errors import CommschedError
 from commsched.planners.base import Planner
@@ -53,7 +53,7 @@ class LayerRanking:
 
     @property
     def scaling_factor(self) -> float:
-        """OSF Eq. 1 with a fixed per-worker batch: T_comp / T_iter (as :mod:`commsched.compare`)."""
+        """OSF Eq. 1 with a fixed per-worker batch: T_comp / T_iter (as :mod:`commsched.planners.compare`)."""
         return self.compute_s / self.iteration_s
 
 

@@ -26,7 +26,7 @@ variant, as medians over rounds of rank 0's records:
   flight under compute over its work alone.
 
 Run (as root, from the repo):
-    .venv/bin/commsched emulate --nodes 2 --rate-mbit 500 -- benchmarks/bucket_rates.py convnext_tiny 8 64 10
+    .venv/bin/commsched emulate --nodes 2 --rate-mbit 500 -- benchmarks/investigations/bucket_rates.py convnext_tiny 8 64 10
 """
 
 from __future__ import annotations

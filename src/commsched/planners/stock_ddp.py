@@ -1,5 +1,10 @@
-"""How stock ``DistributedDataParallel`` (torch 2.14) buckets gradients, and the bucket caps that make
-it reduce exactly a plan's buckets. Pure: no torch (``commsched plan --out`` writes the caps).
+"""Stock ``DistributedDataParallel``'s bucketing, in one place: the ``ddp`` planner (stock DDP's
+default buckets), DDP's bucket assignment (:func:`assign`, the one rule both use) and the bucket caps
+that make DDP reduce exactly a plan's buckets. Pure: no torch (``commsched plan --out`` writes the caps).
+
+DDP's defaults: the first bucket's limit is ``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES`` (1 MiB),
+every later one ``bucket_cap_mb`` (default 25, in MiB); given ``bucket_cap_mb`` explicitly, torch 2.14
+uses it for the first bucket too (``BucketCapacityConfig``), as :func:`ddp_with_cap` does.
 
 What torch 2.14 does (``_BucketCapacityConfig`` in ``torch/nn/parallel/distributed.py``, the C++
 ``_compute_bucket_assignment_by_size`` and the reducer's bucket rebuild; each point is checked against
@@ -35,8 +40,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from commsched.cost.models import CostModel
 from commsched.errors import CommschedError
-from commsched.types import Plan
+from commsched.types import MAX_BYTES, ModelProfile, Plan
 
 MIB = 1024 * 1024
 
@@ -246,3 +252,36 @@ def ddp_options_doc(plan: Plan) -> dict:
             )
         ),
     }
+
+
+# --- the planner: stock DDP's default buckets ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class DDP:
+    cap_bytes: int = 25 * MIB
+    first_bucket_bytes: int = 1 * MIB
+    name: str = "ddp"
+
+    def __post_init__(self) -> None:
+        for what in ("cap_bytes", "first_bucket_bytes"):
+            v = getattr(self, what)
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= MAX_BYTES:
+                raise CommschedError(f"ddp {what} must be a whole number of bytes in (0, 2**50], got {v!r}")
+
+    def ends(self, profile: ModelProfile, cost: CostModel) -> tuple[int, ...]:
+        """DDP's rebuilt buckets over the ready order (:func:`assign` with caps first, cap, cap, ...)."""
+        buckets = assign([TensorInfo(t.name, t.bytes) for t in profile.tensors], (self.first_bucket_bytes, self.cap_bytes))
+        ends, n = [], 0
+        for b in buckets:
+            n += len(b)
+            ends.append(n)
+        return tuple(ends)
+
+
+def ddp_with_cap(bucket_mb: float) -> DDP:
+    """DDP(bucket_cap_mb=X) as torch 2.14 builds it: every bucket, the first included, capped at X MiB."""
+    if not (isinstance(bucket_mb, (int, float)) and math.isfinite(bucket_mb) and bucket_mb > 0):
+        raise CommschedError(f"bucket cap must be a finite number > 0 of MiB, got {bucket_mb!r}")
+    cap = max(1, int(bucket_mb * MIB))
+    return DDP(cap_bytes=cap, first_bucket_bytes=cap)

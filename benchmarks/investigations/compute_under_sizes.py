@@ -22,7 +22,7 @@ pass / alone - 1 for them; for "ddp", c = ddp / ddp1 - 1 is what DDP's buckets c
 including the first few milliseconds before its first bucket.
 
 Run (as root, from the repo):
-    .venv/bin/commsched emulate --nodes 2 --rate-mbit 2000 -- benchmarks/compute_under_sizes.py convnext_tiny 8 64 10 2000
+    .venv/bin/commsched emulate --nodes 2 --rate-mbit 2000 -- benchmarks/investigations/compute_under_sizes.py convnext_tiny 8 64 10 2000
 (the fifth argument: the link's rate in Mbit/s, which sizes LONG; default 2000)
 """
 
