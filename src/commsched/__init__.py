@@ -1,11 +1,11 @@
 """commsched: plan, simulate and apply the gradient-communication schedule of data-parallel training.
 
-``import commsched`` is light (no torch): ``DataParallel``, ``ddp_options`` and ``plan_for`` load torch on first use.
+``import commsched`` is light (no torch): ``DataParallel``, ``TuneConfig``, ``ddp_options`` and ``plan_for`` load torch on first use.
 """
 
 __version__ = "0.1.0"
 
-__all__ = ["DataParallel", "ddp_options", "load_plan", "plan_for"]
+__all__ = ["DataParallel", "TuneConfig", "TrialRule", "ddp_options", "load_plan", "plan_for"]
 
 # Modules that moved into their layer's package (issue 32): the old spelling still imports, with a
 # DeprecationWarning naming the new one (docs/api.md lists them).
@@ -64,6 +64,14 @@ def __getattr__(name: str):
         from commsched.runtime.data_parallel import DataParallel
 
         return DataParallel
+    if name == "TuneConfig":
+        from commsched.runtime.tune import TuneConfig
+
+        return TuneConfig
+    if name == "TrialRule":
+        from commsched.calibrate.trial import TrialRule
+
+        return TrialRule
     if name == "ddp_options":
         from commsched.runtime.data_parallel import ddp_options
 

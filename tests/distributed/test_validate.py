@@ -155,3 +155,32 @@ def test_chains_time_all_reduces_per_call_as_ddp_launches_them():
     assert all(0 <= lo <= t <= hi and t > 0 for lo, t, hi in zip(d["min_s"], d["time_s"], d["max_s"])), d
     # 64 MiB takes longer than 4 B, even when 4 B waits for a scheduler tick (up to ~8 ms here)
     assert d["time_s"][-1] > d["time_s"][0]
+
+
+def test_validate_takes_a_model_by_import_path(tmp_path):
+    out = tmp_path / "v"
+    r = subprocess.run(
+        [
+            sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
+            "-m", "commsched", "validate", "--model", "tests.distributed.factories:tiny_tied_lm", "--batch-size", "4",
+            "--strategy", "optimal,wfbp", "--rounds", "1", "--steps", "1", "--out", str(out),
+        ],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads((out / "validate.json").read_text())
+    assert doc["model"] == "tests.distributed.factories:tiny_tied_lm" and set(doc["strategies"]) == {"optimal", "wfbp"}
+    # the tied weight is one parameter: three gradients in all (embedding/head, mix.weight, mix.bias)
+    assert doc["strategies"]["wfbp"]["buckets"] == 3
+
+
+def test_validate_names_a_factory_that_returns_the_wrong_thing(tmp_path):
+    r = subprocess.run(
+        [
+            sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=1", f"--master_port={free_port()}",
+            "-m", "commsched", "validate", "--model", "tests.distributed.factories:not_a_triple", "--out", str(tmp_path / "v"),
+        ],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert r.returncode != 0
+    assert "must return (model, example_inputs, loss_fn)" in r.stderr

@@ -11,7 +11,11 @@ from commsched.errors import CommschedError
 
 
 @click.command()
-@click.option("--model", default="resnet18", show_default=True, help="Zoo model.")
+@click.option(
+    "--model", default="resnet18", show_default=True,
+    help="Zoo model, or your own as package.module:factory, a function returning (model, example_inputs, loss_fn), "
+    "called with batch_size (and image_size) where it takes them.",
+)
 @click.option("--batch-size", default=16, show_default=True, type=int)
 @click.option("--image-size", type=int, default=None)
 @click.option("--strategy", "strategies", multiple=True, help="Strategies to run (default all; optimal is planned for the measured contention).")

@@ -21,7 +21,8 @@ from commsched.errors import CommschedError
 from commsched.formats.io import load_cluster
 from commsched.planners import DDP, MIN_GAIN_OVER_DDP, make_plan, planner, planner_for
 from commsched.sim.semantics import NCCL, Semantics
-from commsched.types import ModelProfile, Plan, TensorSpec
+from commsched.runtime.ddp_plan import with_unused_parameters
+from commsched.types import Plan
 
 
 def plan_for(
@@ -91,35 +92,6 @@ def plan_for(
             raise CommschedError(f"rank {dist.get_rank()}: plan_for failed on rank 0: {error}")
     assert plan is not None
     return plan
-
-
-def with_unused_parameters(profile: ModelProfile, model: nn.Module, find_unused: bool) -> ModelProfile:
-    """Without ``find_unused``: the profile, or an error naming the trainable parameters it lacks (no
-    gradient when measured). With it: the profile in the order DDP keeps its buckets then (reverse
-    definition order), ready times the running maximum along it, unused parameters ready at the
-    first gradient (see :func:`plan_for`)."""
-    from commsched.runtime.data_parallel import trainable_parameters
-
-    params = trainable_parameters(model)
-    have = set(profile.names)
-    unused = [n for n, p in params.items() if p.numel() and n not in have]
-    if not find_unused:
-        if unused:
-            names = ", ".join(unused[:3]) + (f" and {len(unused) - 3} more" if len(unused) > 3 else "")
-            raise CommschedError(
-                f"{len(unused)} trainable parameter(s) got no gradient in the measured steps ({names}); if they are "
-                f"really unused, plan with find_unused_parameters=True and train DDP with the same flag"
-            )
-        return profile
-    ready = dict(zip(profile.names, profile.ready_s))
-    first = min(ready.values())
-    size = {t.name: t.bytes for t in profile.tensors}
-    tensors, t = [], profile.forward_s
-    for n in reversed([n for n, p in params.items() if p.numel()]):
-        r = max(t, ready.get(n, first))
-        tensors.append(TensorSpec(n, size.get(n, params[n].numel() * params[n].element_size()), r - t))
-        t = r
-    return replace(profile, tensors=tuple(tensors))
 
 
 def _serving_backend(model: nn.Module) -> str | None:

@@ -19,124 +19,30 @@ contiguous runs of it (:func:`express_plan` says when not, and by how much).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
-import warnings
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from commsched.planners.stock_ddp import Expression, TensorInfo, express
 from commsched.errors import CommschedError
+from commsched.runtime.collectives import comm_device as _comm_device
+from commsched.runtime.collectives import wait_until as _wait
+from commsched.runtime.ddp_plan import (  # noqa: F401 - the names users and tests import from here
+    check_plan_fits,
+    ddp_options,
+    express_plan,
+    ignored_names,
+    plan_fingerprint,
+    tensor_infos,
+    trainable_parameters,
+    warn_inexact,
+)
+from commsched.runtime.tune import TuneConfig, Tuner
 from commsched.types import Plan
 
 # DDP arguments the plan decides (or that the wrapper handles itself)
 _RESERVED = ("bucket_cap_mb", "bucket_cap_mb_list", "init_sync")
-
-
-def ignored_names(module: nn.Module) -> set[str]:
-    """Parameters and buffers DDP is told to leave alone (``_set_params_and_buffers_to_ignore_for_model``)."""
-    return set(getattr(module, "_ddp_params_and_buffers_to_ignore", ()) or ())
-
-
-def trainable_parameters(module: nn.Module) -> dict[str, nn.Parameter]:
-    """The parameters DDP reduces, by name: trainable, not ignored, shared ones once
-    (named_parameters already dedupes)."""
-    ignored = ignored_names(module)
-    return {n: p for n, p in module.named_parameters() if p.requires_grad and n not in ignored}
-
-
-def tensor_infos(module: nn.Module) -> list[TensorInfo]:
-    return [
-        TensorInfo(n, p.numel() * p.element_size(), str(p.dtype).removeprefix("torch."))
-        for n, p in trainable_parameters(module).items()
-    ]
-
-
-def check_plan_fits(plan: Plan, params: dict[str, nn.Parameter]) -> None:
-    """The plan covers every trainable parameter exactly once, and each bucket's bytes are its
-    parameters' bytes (a plan made for another model, or another dtype, is an error)."""
-    names = [n for b in plan.buckets for n in b.tensors]
-    unknown = [n for n in names if n not in params]
-    if unknown:
-        raise CommschedError(
-            f"plan {plan.strategy!r} names {len(unknown)} tensor(s) the model has no trainable parameter for, "
-            f"first {unknown[0]!r}: was it made for another model?"
-        )
-    if len(set(names)) != len(names):
-        dup = next(n for n in names if names.count(n) > 1)
-        raise CommschedError(f"plan {plan.strategy!r} lists tensor {dup!r} more than once")
-    missing = [n for n in params if n not in set(names)]
-    if missing:
-        raise CommschedError(
-            f"plan {plan.strategy!r} leaves out {len(missing)} trainable parameter(s), first {missing[0]!r}"
-            + (" (a parameter unused in the profiled step: plan with find_unused_parameters=True)" if len(missing) < len(params) else "")
-        )
-    for j, b in enumerate(plan.buckets):
-        model_bytes = sum(params[n].numel() * params[n].element_size() for n in b.tensors)
-        if model_bytes != b.bytes:
-            raise CommschedError(
-                f"plan {plan.strategy!r} bucket {j} ({b.tensors[0]!r}..) has {b.bytes} bytes, the model's "
-                f"parameters in it have {model_bytes}: the plan was made for other shapes or dtypes"
-            )
-
-
-def express_plan(
-    plan: Plan, module: nn.Module, *, find_unused_parameters: bool = False, static_graph: bool = False
-) -> Expression:
-    """The caps for ``plan`` on ``module`` and the buckets stock DDP will reduce with them. DDP
-    rebuilds its buckets in ready order unless ``find_unused_parameters`` without ``static_graph``."""
-    params = trainable_parameters(module)
-    check_plan_fits(plan, params)
-    infos = [t for t in tensor_infos(module) if t.name in params]
-    keeps_first_buckets = find_unused_parameters and not static_graph
-    return express(plan, infos, list(params) if keeps_first_buckets else None)
-
-
-def _warn_inexact(plan: Plan, expr: Expression) -> None:
-    warnings.warn(
-        f"stock DDP cannot reduce exactly plan {plan.strategy!r}'s buckets ({expr.reason}): "
-        f"{len(expr.buckets)} buckets instead of {len(plan.buckets)}, at most {expr.moved_bytes} bytes in another bucket",
-        stacklevel=3,
-    )
-
-
-def ddp_options(
-    plan: Plan, module: nn.Module | None = None, *, find_unused_parameters: bool = False, static_graph: bool = False
-) -> dict:
-    """Keyword arguments that make stock ``DistributedDataParallel`` reduce ``plan``'s buckets.
-
-    Without ``module`` one dtype is assumed and the caps are the plan's bucket sizes. With it, the
-    plan is checked against the model (names, bytes) and, where DDP cannot reduce exactly the plan's
-    buckets (a bucket mixing dtypes; with ``find_unused_parameters`` and no ``static_graph``,
-    buckets that are not runs of the definition order), a ``UserWarning`` says so and how far off.
-    The two flags are passed on to DDP when set.
-    """
-    if module is None:
-        if find_unused_parameters and not static_graph:
-            raise CommschedError("ddp_options(find_unused_parameters=True) needs the module (DDP then buckets in its definition order)")
-        expr = express(plan)
-    else:
-        expr = express_plan(plan, module, find_unused_parameters=find_unused_parameters, static_graph=static_graph)
-        if not expr.exact:
-            _warn_inexact(plan, expr)
-    kwargs = expr.kwargs()
-    if find_unused_parameters:
-        kwargs["find_unused_parameters"] = True
-    if static_graph:
-        kwargs["static_graph"] = True
-    return kwargs
-
-
-def plan_fingerprint(plan: Plan, params: dict[str, nn.Parameter], module: nn.Module | None = None) -> bytes:
-    """The plan's layout with every tensor's shape and dtype, and the model's buffers (which the
-    set-up broadcasts: ranks whose buffers differ would fail there, less clearly)."""
-    layout = [[(n, list(params[n].shape), str(params[n].dtype)) for n in b.tensors] for b in plan.buckets]
-    buffers = [(n, list(b.shape), str(b.dtype)) for n, b in module.named_buffers()] if module is not None else []
-    return hashlib.sha256(json.dumps([layout, buffers]).encode()).digest()
 
 
 class DataParallel(nn.parallel.DistributedDataParallel):
@@ -152,8 +58,9 @@ class DataParallel(nn.parallel.DistributedDataParallel):
     def __init__(
         self,
         module: nn.Module,
-        plan: Plan,
+        plan: Plan | None = None,
         *,
+        tune: bool | TuneConfig = False,
         process_group: dist.ProcessGroup | None = None,
         timeout_s: float = 300.0,
         find_unused_parameters: bool = False,
@@ -167,15 +74,26 @@ class DataParallel(nn.parallel.DistributedDataParallel):
         bad = [k for k in _RESERVED if k in ddp_kwargs]
         if bad:
             raise CommschedError(f"commsched.DataParallel sets {bad[0]!r} itself (from the plan); leave it out")
+        if tune is not False and plan is not None:
+            raise CommschedError("commsched.DataParallel takes a plan or tune=True, not both (tuning makes its own plan)")
+        if tune is False and plan is None:
+            raise CommschedError("commsched.DataParallel needs a plan (commsched.load_plan, plan_for) or tune=True")
+        if tune is not False and record:
+            raise CommschedError("commsched.DataParallel(tune=True) records its own steps while tuning: leave record out")
+        if tune is not False and not isinstance(tune, (bool, TuneConfig)):
+            raise CommschedError(f"tune must be True or a commsched.TuneConfig, got {tune!r}")
         group = process_group if process_group is not None else dist.group.WORLD
         rank = dist.get_rank(group)
         deadline = time.monotonic() + float(timeout_s)  # one deadline for the whole set-up
-        _agree_on_plan(plan, module, group, deadline, rank)
-        expr = express_plan(
-            plan, module, find_unused_parameters=find_unused_parameters, static_graph=bool(ddp_kwargs.get("static_graph"))
-        )
-        if not expr.exact:
-            _warn_inexact(plan, expr)
+        static_graph = bool(ddp_kwargs.get("static_graph"))
+        if plan is None:  # tuning: stock DDP's defaults first; every rank checks it has the same model
+            _agree_on_plan(_whole_model_plan(module), module, group, deadline, rank)
+            expr = None
+        else:
+            _agree_on_plan(plan, module, group, deadline, rank)
+            expr = express_plan(plan, module, find_unused_parameters=find_unused_parameters, static_graph=static_graph)
+            if not expr.exact:
+                warn_inexact(plan, expr)
         # DDP's init sync leaves buffers alone with the deprecated broadcast_buffers=False
         sync_buffers = ddp_kwargs.get("forward_sync_buffers") is not None or ddp_kwargs.get("broadcast_buffers", True) is not False
         _broadcast_state(module, group, deadline, rank, sync_buffers)
@@ -185,7 +103,7 @@ class DataParallel(nn.parallel.DistributedDataParallel):
                 process_group=process_group,
                 find_unused_parameters=find_unused_parameters,
                 init_sync=False,  # done above, under the deadline
-                **expr.kwargs(),
+                **(expr.kwargs() if expr is not None else {}),
                 **ddp_kwargs,
             )
         except RuntimeError as e:  # DDP's own checks (e.g. a module without parameters)
@@ -194,10 +112,31 @@ class DataParallel(nn.parallel.DistributedDataParallel):
         self.expression = expr
         self.timeout_s = float(timeout_s)
         self.recorder = None
+        self.tuner: Tuner | None = None
         if record:
             from commsched.runtime.record import StepRecorder
 
+            assert plan is not None
             self.recorder = StepRecorder(self, order=plan.tensor_order)
+        if tune is not False:
+            cfg = tune if isinstance(tune, TuneConfig) else TuneConfig(timeout_s=float(timeout_s))
+            self.tuner = Tuner(self, cfg, ddp_kwargs, find_unused_parameters, group, rank)
+
+    def forward(self, *inputs, **kwargs):
+        """Stock DDP's forward; while tuning (and after it keeps a plan), the forward of the DDP
+        the tuner chose for this step, over the same module (:mod:`commsched.runtime.tune`)."""
+        if self.tuner is None:
+            return super().forward(*inputs, **kwargs)
+        target = self.tuner.route(torch.is_grad_enabled() and self.require_backward_grad_sync)
+        if target is None:
+            return super().forward(*inputs, **kwargs)
+        target.require_backward_grad_sync = self.require_backward_grad_sync  # no_sync() on this wrapper
+        return target(*inputs, **kwargs)
+
+    @property
+    def tuning(self) -> dict | None:
+        """What tuning decided and what it cost (None without ``tune``; ``decision`` None while it runs)."""
+        return self.tuner.report() if self.tuner is not None else None
 
     @property
     def records(self) -> list:
@@ -207,15 +146,13 @@ class DataParallel(nn.parallel.DistributedDataParallel):
         return self.recorder.records
 
 
-def _wait(work, deadline: float, what: str, rank: int, cause: str) -> None:
-    left = deadline - time.monotonic()
-    try:
-        if left <= 0:
-            raise TimeoutError("no time left before the set-up's deadline")
-        work.wait(timedelta(seconds=left))
-    except Exception as e:  # noqa: BLE001 - a timeout and a closed connection mean the same here
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise CommschedError(f"rank {rank}: {what} did not complete before the set-up's deadline; {cause} ({type(e).__name__}: {first})") from e
+def _whole_model_plan(module: nn.Module) -> Plan:
+    """Every trainable parameter in one bucket: what the ranks compare when no plan is given."""
+    from commsched.types import Bucket
+
+    params = trainable_parameters(module)
+    size = sum(p.numel() * p.element_size() for p in params.values())
+    return Plan("stock", type(module).__name__, (Bucket(tuple(params), size),))
 
 
 _MESSAGE_BYTES = 1024  # room for a rank's error in the plan check's one collective
@@ -283,13 +220,3 @@ def _broadcast_state(module: nn.Module, group, deadline: float, rank: int, sync_
                 offset += t.numel()
 
 
-def _comm_device(group, module: nn.Module) -> torch.device:
-    """The CPU where the group serves CPU tensors, else its CUDA device: read from the group's
-    backend config (``cuda:nccl`` for ``nccl`` and for a plain ``init_process_group()`` on a GPU,
-    whose ``get_backend`` is ``"undefined"``), not from ``get_backend``."""
-    from commsched.runtime.resource_hook import device_backend
-
-    if device_backend(dist.get_backend_config(group), "cpu") is None:
-        p = next(iter(module.parameters()), None)
-        return p.device if p is not None and p.is_cuda else torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")

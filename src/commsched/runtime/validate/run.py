@@ -181,38 +181,50 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
 
 
 def prepare(cfg: ValidationConfig, progress: bool = True) -> Job:
-    """The process group's facts and the model (seeded: the same on every rank); the inputs come
-    after the memory check (:func:`memory_phase`), which they are part of."""
-    from commsched.models.zoo import build_model, training_loss
+    """The process group's facts and the model (seeded: the same on every rank; a zoo name or a
+    ``package.module:factory`` import path, :mod:`commsched.models.source`); a zoo model's inputs
+    come after the memory check (:func:`memory_phase`), which they are part of."""
+    from commsched.models.source import build, is_import_path
 
     if not dist.is_initialized():
         raise CommschedError("validate runs under torchrun (or an initialised process group)")
     rank = dist.get_rank()
+    if is_import_path(cfg.model):  # the factory makes model, inputs and loss together
+        built = build(cfg.model, cfg.batch_size, cfg.image_size)
+        base, inputs, loss_fn = built.model, built.inputs, built.loss_fn
+    else:
+        from commsched.models.zoo import build_model, training_loss
 
-    def loss_fn(out):
-        return training_loss(cfg.model, out)
+        def loss_fn(out):
+            return training_loss(cfg.model, out)
 
-    torch.manual_seed(0)
-    base = build_model(cfg.model)
-    return Job(cfg, rank, dist.get_world_size(), dist.get_backend(), runtime_threads(), _printer(rank == 0 and progress), (), loss_fn, base)
+        torch.manual_seed(0)
+        base, inputs = build_model(cfg.model), ()
+    return Job(cfg, rank, dist.get_world_size(), dist.get_backend(), runtime_threads(), _printer(rank == 0 and progress), inputs, loss_fn, base)
 
 
 def memory_phase(job: Job) -> None:
     """Estimate what the run will hold on each rank (:mod:`.memory`) from the model's parameters and
-    the activations of a forward pass of two samples (scaled to the batch), and refuse, on every rank
-    alike, a run whose ranks need more than their machine has available, before the inputs are
-    made. The numbers go in the report's ``memory``."""
-    from commsched.models.zoo import example_input, runs_on
+    the activations of a forward pass of two samples (scaled to the batch; a factory's model: of its
+    own inputs), and refuse, on every rank alike, a run whose ranks need more than their machine
+    has available, before the inputs are made. The numbers go in the report's ``memory``."""
+    from commsched.models.source import is_import_path, runs_on
 
     cfg = job.cfg
     params = list(job.base.parameters())
     param_bytes = sum(p.numel() * p.element_size() for p in params)
     gradient_bytes = sum(p.numel() * p.element_size() for p in params if p.requires_grad)
-    few = min(cfg.batch_size, 2)  # two samples: batch norm in training needs more than one value per channel
-    sample = example_input(cfg.model, few, cfg.image_size)
+    factory = is_import_path(cfg.model)
+    if factory:
+        few, sample = cfg.batch_size, job.inputs
+    else:
+        from commsched.models.zoo import example_input
+
+        few = min(cfg.batch_size, 2)  # two samples: batch norm in training needs more than one value per channel
+        sample = example_input(cfg.model, few, cfg.image_size)
     with runs_on(cfg.model, sample):
         act = activation_bytes(job.base, sample, job.loss_fn)
-    per_sample = (act + sum(t.numel() * t.element_size() for t in sample)) / few
+    per_sample = (act + sum(t.numel() * t.element_size() for t in sample if isinstance(t, torch.Tensor))) / few
     est = memory.estimate(param_bytes, gradient_bytes, int(per_sample * cfg.batch_size), len(cfg.strategies) + 1)
     machines = memory.machines_of(gather((memory.machine_id(), memory.available_bytes())))
     held = memory.rss_bytes()
@@ -224,7 +236,10 @@ def memory_phase(job: Job) -> None:
     }
     if cfg.memory_check:
         memory.check(est, machines, cfg.model, cfg.batch_size)
-    job.inputs = example_input(cfg.model, cfg.batch_size, cfg.image_size)
+    if not factory:
+        from commsched.models.zoo import example_input
+
+        job.inputs = example_input(cfg.model, cfg.batch_size, cfg.image_size)
 
 
 # --- phases 1-4: before the rounds ----------------------------------------------------------------
@@ -233,7 +248,7 @@ def memory_phase(job: Job) -> None:
 def profile_phase(job: Job) -> Before:
     """1/5: the tensors' ready order (:func:`~commsched.profile.measure.measure_profile`), then
     ``profile_iters`` profile steps and as many light ones (after two untimed), every rank's combined."""
-    from commsched.models.zoo import runs_on
+    from commsched.models.source import runs_on
     from commsched.profile.measure import measure_profile
 
     cfg = job.cfg

@@ -1,0 +1,94 @@
+"""Tuning inside the job against what users do today, on the emulated 2-node cluster (issue 33).
+
+Run (as root, from the repo):
+    .venv/bin/python benchmarks/tune_emulated.py --rate-mbit 2000 --steps 500 --out out/tune
+
+For each model, ``commsched emulate --nodes 2 --rate-mbit R -- benchmarks/tune_job.py ...`` trains
+N steps of every variant (stock DDP's defaults; ``commsched.DataParallel(tune=True)``, tuning
+included; stock DDP with ``bucket_cap_mb`` in {1, 5, 10, 25, 50, 100}) and this prints one markdown
+row per model: each total, the tuned job and the best cap against stock DDP's defaults, and the
+steps each approach spent searching. The hand sweep is charged what a user pays to run it:
+``SWEEP_STEPS`` steps at every cap (its search steps), at the caps' measured median step times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+MODELS = {
+    # name: (model spec, tune_job arguments)
+    "resnet18": ("resnet18", ["--batch-size", "16", "--image-size", "64"]),
+    "bert_small": ("bert_small", ["--batch-size", "8"]),
+    "mobilenet_v2": ("mobilenet_v2", ["--batch-size", "16", "--image-size", "64"]),
+    "tied_lm": ("benchmarks.custom_models:tied_lm", ["--batch-size", "8"]),
+    "mixed_mlp": ("benchmarks.custom_models:mixed_mlp", ["--batch-size", "32"]),
+    "gated_experts": ("benchmarks.custom_models:gated_experts", ["--batch-size", "32", "--find-unused"]),
+    "regnet_x_400mf": ("regnet_x_400mf", ["--batch-size", "16", "--image-size", "64"]),
+}
+SWEEP_STEPS = 20  # steps a hand sweep runs at each cap to compare them (5 of them warm-up)
+CAPS = (1, 5, 10, 25, 50, 100)
+
+
+def summarise(doc: dict) -> dict:
+    tot = {v: statistics.median(ts) for v, ts in doc["totals_s"].items()}
+    step = {v: statistics.median([s for run in runs for s in run[5:]]) for v, runs in doc["steps_s"].items()}
+    stock = tot["stock"]
+    caps = {c: tot[f"cap{c}"] for c in CAPS if f"cap{c}" in tot}
+    best = min(caps, key=caps.get) if caps else None
+    row = {"stock_s": stock, "tuned_s": tot.get("tuned"), "caps_s": caps, "best_cap": best}
+    if best is not None:
+        # what the sweep itself cost: SWEEP_STEPS at every cap, beyond running the best cap throughout
+        row["sweep_search_steps"] = SWEEP_STEPS * len(caps)
+        row["sweep_with_search_s"] = caps[best] + sum(SWEEP_STEPS * (step[f"cap{c}"] - step[f"cap{best}"]) for c in caps)
+    if doc["tuning"]:
+        t = doc["tuning"][0]
+        row["tuning"] = {k: t.get(k) for k in ("decision", "reason", "steps_to_decide", "steps_by_variant", "trial_pairs", "tuner_own_s", "trial_cost_s")}
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rate-mbit", default="2000")
+    ap.add_argument("--steps", default="500")
+    ap.add_argument("--repeats", default="1")
+    ap.add_argument("--models", default="resnet18,bert_small,tied_lm,mixed_mlp")
+    ap.add_argument("--out", default="out/tune")
+    ap.add_argument("--timeout-s", default="0")
+    ap.add_argument("--report-only", action="store_true")
+    args = ap.parse_args()
+    rows = {}
+    for name in args.models.split(","):
+        spec, extra = MODELS[name]
+        out = Path(args.out).resolve() / args.rate_mbit / f"{name}.json"
+        cmd = [
+            sys.executable, "-m", "commsched", "emulate", "--nodes", "2", "--rate-mbit", args.rate_mbit, "--timeout-s", args.timeout_s, "--",
+            str(Path(__file__).resolve().parent / "tune_job.py"), "--model", spec, *extra, "--steps", args.steps,
+            "--repeats", args.repeats, "--out", str(out),
+        ]
+        if not args.report_only:
+            print("$", " ".join(cmd[1:]), file=sys.stderr, flush=True)
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        rows[name] = summarise(json.loads(out.read_text()))
+    print(f"Rate {args.rate_mbit} Mbit/s, {args.steps} steps per job.\n")
+    print("| model | stock DDP defaults s | tuned s (vs stock) | best cap: MiB, s (vs stock) | sweep with its search s (vs stock) | tuning: decision, steps to decide (plan steps) | sweep's search steps |")
+    print("|---|---|---|---|---|---|---|")
+    for name, r in rows.items():
+        s = r["stock_s"]
+        tuned = f"{r['tuned_s']:.1f} ({s / r['tuned_s']:.3f}x)" if r.get("tuned_s") else "-"
+        best = f"{r['best_cap']}, {r['caps_s'][r['best_cap']]:.1f} ({s / r['caps_s'][r['best_cap']]:.3f}x)" if r.get("best_cap") else "-"
+        sweep = f"{r['sweep_with_search_s']:.1f} ({s / r['sweep_with_search_s']:.3f}x)" if "sweep_with_search_s" in r else "-"
+        t = r.get("tuning") or {}
+        tuning = f"{t.get('decision')}, {t.get('steps_to_decide')} ({(t.get('steps_by_variant') or {}).get('plan', 0)})" if t else "-"
+        print(f"| {name} | {s:.1f} | {tuned} | {best} | {sweep} | {tuning} | {r.get('sweep_search_steps', '-')} |")
+    for name, r in rows.items():
+        caps = ", ".join(f"{c}: {v:.1f}" for c, v in r["caps_s"].items())
+        print(f"\n{name}: caps {caps}; tuning: {(r.get('tuning') or {}).get('reason')}")
+
+
+if __name__ == "__main__":
+    main()

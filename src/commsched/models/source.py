@@ -1,0 +1,107 @@
+"""A model to train by name: a zoo model, or the user's own given as an import path.
+
+``package.module:factory`` names a function that returns ``(model, example_inputs, loss_fn)``: an
+``nn.Module``, the positional inputs of one forward (a tensor or a tuple of them) and a function from
+the model's output to a scalar loss. The factory is called with ``batch_size`` and ``image_size``
+where its signature takes them (by those names), so one factory serves any batch. It is imported and
+called on every rank, after seeding torch's generator with 0, so every rank builds the same model.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from commsched.errors import CommschedError
+
+
+def is_import_path(spec: str) -> bool:
+    """``package.module:factory`` rather than a zoo name."""
+    return ":" in spec
+
+
+@dataclass
+class Built:
+    """A model ready to train: the module, one forward's inputs, the loss of its output."""
+
+    model: nn.Module
+    inputs: tuple
+    loss_fn: Callable[[object], torch.Tensor]
+
+
+def load_factory(spec: str) -> Callable:
+    """The function ``package.module:factory`` names (the current directory is importable, as with ``python -m``)."""
+    import os
+    import sys
+
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise CommschedError(f"a model import path is package.module:factory, got {spec!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise CommschedError(f"cannot import {module_name!r} for model {spec!r}: {e}") from e
+    fn = module
+    for part in attr.split("."):
+        fn = getattr(fn, part, None)
+        if fn is None:
+            raise CommschedError(f"module {module_name!r} has no {attr!r} (model {spec!r})")
+    if not callable(fn):
+        raise CommschedError(f"{spec!r} is not callable")
+    return fn
+
+
+def build(spec: str, batch_size: int, image_size: int | None = None) -> Built:
+    """The model ``spec`` names (zoo or import path) with inputs of ``batch_size`` samples, seeded with 0."""
+    from commsched.models.zoo import build_model, example_input, training_loss
+
+    torch.manual_seed(0)
+    if not is_import_path(spec):
+        model = build_model(spec)
+        return Built(model, example_input(spec, batch_size, image_size), lambda out: training_loss(spec, out))
+    fn = load_factory(spec)
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        params = {}
+    kwargs = {k: v for k, v in (("batch_size", batch_size), ("image_size", image_size)) if k in params and v is not None}
+    got = fn(**kwargs)
+    if not isinstance(got, tuple) or len(got) != 3:
+        raise CommschedError(f"{spec!r} must return (model, example_inputs, loss_fn), got {type(got).__name__}")
+    model, inputs, loss_fn = got
+    if not isinstance(model, nn.Module):
+        raise CommschedError(f"{spec!r} returned a model that is not an nn.Module: {type(model).__name__}")
+    if isinstance(inputs, torch.Tensor):
+        inputs = (inputs,)
+    if not isinstance(inputs, (tuple, list)):
+        raise CommschedError(f"{spec!r} returned example inputs that are neither a tensor nor a tuple: {type(inputs).__name__}")
+    if not callable(loss_fn):
+        raise CommschedError(f"{spec!r} returned a loss_fn that is not callable: {type(loss_fn).__name__}")
+    return Built(model, tuple(inputs), loss_fn)
+
+
+@contextmanager
+def runs_on(spec: str, inputs: tuple) -> Iterator[None]:
+    """A zoo model's input errors named (:func:`commsched.models.zoo.runs_on`); an import path's own
+    errors pass through with the path named."""
+    if not is_import_path(spec):
+        from commsched.models.zoo import runs_on as zoo_runs_on
+
+        with zoo_runs_on(spec, inputs):
+            yield
+        return
+    try:
+        yield
+    except CommschedError:
+        raise
+    except (RuntimeError, ValueError, TypeError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CommschedError(f"model {spec!r} failed on its example inputs: {first}") from e

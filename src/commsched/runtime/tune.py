@@ -1,0 +1,559 @@
+"""Tuning inside the user's own training job: ``commsched.DataParallel(model, tune=True)``.
+
+The wrapper *is* stock ``DistributedDataParallel`` with its default buckets; the training loop does
+not change. In the job's first steps (its own data, loss and optimizer; every step a real training
+step, none repeated or dropped) the :class:`Tuner`:
+
+1. lets ``warmup_steps`` steps of stock DDP run (DDP's bucket rebuild happens in the second);
+2. records ``calibration_steps`` steps of stock DDP (:class:`~commsched.runtime.record.StepRecorder`:
+   every gradient's ready time, every bucket's launch and end) and times every step from its
+   forward to the next; then runs a few small all-reduces on the job's process group;
+3. fits the iteration from those numbers (:func:`commsched.calibrate.in_job.fit_in_job`, the same
+   profile combination as ``validate``'s), plans it (``optimal`` by default) and predicts stock DDP's
+   defaults under the same model (:func:`commsched.planners.compare.recommend`);
+4. where the plan is predicted at least ``min_gain`` faster, builds a second stock DDP over the same
+   module with the plan's bucket caps (:func:`commsched.ddp_options`) and runs the two in
+   alternating blocks (:mod:`commsched.calibrate.trial`): the plan is kept only when it measured
+   faster with a 95% interval above 1; otherwise stock DDP's default buckets stay;
+5. from then on routes every forward to the DDP kept and lets the other go.
+
+Rank 0 measures and decides; every rank follows its broadcast decision (the broadcasts wait at most
+``timeout_s``: a rank that died during tuning is an error on the others, naming the phase). The
+decision is printed in one line on rank 0 and written to the memory (``cache_dir``): ``decision.json``,
+``plan.json``, ``ddp_options.json`` and ``report.html`` (predicted against measured for what was
+tried). A restart of the same job (same parameters' names, shapes and dtypes, world size, backend,
+cluster, DDP flags and strategy) reads it and applies the decision without calibrating, unless
+``retune=True``.
+
+Gradients are stock DDP's: both variants are stock DDP's own reducer (no comm hook), which scales
+and sums each element the same way whatever bucket it is in; on two ranks the sum of two values is
+the same in either order, so the parameters match stock DDP bit for bit (tests). With more ranks a
+ring all-reduce may add an element's values in an order that depends on where it sits in its bucket,
+as any change of ``bucket_cap_mb`` does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Literal
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from commsched.calibrate.in_job import InJobModel, fit_in_job, semantics_for
+from commsched.calibrate.trial import TrialRule, pair_ratios, speedup_interval, verdict
+from commsched.errors import CommschedError
+from commsched.runtime.collectives import broadcast_bytes, comm_device, gather_text, wait_until
+from commsched.runtime.ddp_plan import ddp_options, trainable_parameters, with_unused_parameters
+
+SCHEMA = "commsched.tune/v1"
+PROBE_SIZES = (4 << 10, 64 << 10, 1 << 20)  # small all-reduces: the per-call cost DDP's big buckets hide
+_DECISIONS = ("plan", "stock")
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    """How :class:`Tuner` tunes (``commsched.DataParallel(model, tune=TuneConfig(...))``).
+
+    ``keep``: ``"measured"`` (the trial decides), or ``"plan"``/``"stock"`` to keep that whatever
+    the trial measures (the trial still runs and is reported: for tests, and for a user who wants
+    the plan's numbers without its risk). ``total_steps``: how many steps the job will run, when
+    known; a job shorter than ``min_job_steps`` is not tuned (stock DDP throughout). ``cache_dir``:
+    the memory of decisions (default ``$COMMSCHED_TUNE_DIR``, else ``~/.cache/commsched/tune``; ``""``
+    for none). ``cluster``: names the cluster in the memory's key (default: the ranks' host names).
+    ``out_dir``: where the decision's files go (default: its entry in the memory)."""
+
+    strategy: str = "optimal"
+    warmup_steps: int = 3
+    calibration_steps: int = 8
+    min_gain: float = 0.03
+    rule: TrialRule = field(default_factory=TrialRule)
+    keep: Literal["measured", "plan", "stock"] = "measured"
+    total_steps: int | None = None
+    min_job_steps: int = 200
+    cache_dir: str | None = None
+    retune: bool = False
+    cluster: str | None = None
+    out_dir: str | None = None
+    timeout_s: float = 300.0
+    log: bool = True
+
+    def __post_init__(self) -> None:
+        for k in ("warmup_steps", "calibration_steps", "min_job_steps"):
+            v = getattr(self, k)
+            lo = 2 if k == "warmup_steps" else 1
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise CommschedError(f"TuneConfig.{k} must be a whole number >= {lo}, got {v!r}")
+        if self.total_steps is not None and (isinstance(self.total_steps, bool) or not isinstance(self.total_steps, int) or self.total_steps < 1):
+            raise CommschedError(f"TuneConfig.total_steps must be a positive whole number or None, got {self.total_steps!r}")
+        if not isinstance(self.min_gain, (int, float)) or not 0.0 <= self.min_gain < 1.0:
+            raise CommschedError(f"TuneConfig.min_gain must be a fraction in [0, 1), got {self.min_gain!r}")
+        if self.keep not in ("measured", "plan", "stock"):
+            raise CommschedError(f"TuneConfig.keep must be 'measured', 'plan' or 'stock', got {self.keep!r}")
+        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) or not 0 < self.timeout_s < 1e6:
+            raise CommschedError(f"TuneConfig.timeout_s must be seconds in (0, 1e6), got {self.timeout_s!r}")
+        from commsched.planners import planner
+
+        planner(self.strategy)  # an unknown strategy is an error now, not after calibration
+
+    def memory_dir(self) -> Path | None:
+        d = self.cache_dir if self.cache_dir is not None else os.environ.get("COMMSCHED_TUNE_DIR")
+        if d == "":
+            return None
+        return Path(d) if d is not None else Path.home() / ".cache" / "commsched" / "tune"
+
+
+# --- the clock ----------------------------------------------------------------------------------
+
+
+class _Clock:
+    """Stamps at each counted forward: host time on CPU; on CUDA an event on the current stream
+    (host stamps would be launch times), read only when a period is needed."""
+
+    def __init__(self, cuda: bool) -> None:
+        self.cuda = cuda
+        self.stamps: list = []
+
+    def stamp(self) -> None:
+        if self.cuda:
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+            self.stamps.append(e)
+        else:
+            self.stamps.append(time.perf_counter())
+
+    def period(self, k: int) -> float:
+        """Seconds from stamp k to stamp k + 1."""
+        a, b = self.stamps[k], self.stamps[k + 1]
+        if self.cuda:
+            b.synchronize()
+            return a.elapsed_time(b) / 1e3
+        return b - a
+
+
+# --- the tuner ----------------------------------------------------------------------------------
+
+
+def signature(module: nn.Module, world: int, backend: str, cluster: str, flags: dict, strategy: str) -> str:
+    """The memory's key: what must match for a decision to hold again."""
+    params = [(n, list(p.shape), str(p.dtype)) for n, p in trainable_parameters(module).items()]
+    doc = {"params": params, "world": world, "backend": backend, "cluster": cluster, "flags": flags, "strategy": strategy}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:20]
+
+
+class Tuner:
+    """Drives one :class:`~commsched.runtime.data_parallel.DataParallel` through tuning (module docstring).
+
+    :meth:`route` is called at every forward of the wrapper and returns the DDP that runs it (None:
+    the wrapper's own, stock DDP's defaults). Steps that reduce (gradients enabled, outside
+    ``no_sync()``) are the tuner's steps; others run on the DDP in use and are not counted."""
+
+    def __init__(self, ddp: nn.parallel.DistributedDataParallel, cfg: TuneConfig, ddp_kwargs: dict, find_unused: bool, group, rank: int):
+        self.cfg = cfg
+        self._ddp_ref = ddp
+        self.module = ddp.module
+        self.group = group
+        self.rank = rank
+        self.world = dist.get_world_size(group)
+        self.ddp_kwargs = dict(ddp_kwargs)
+        self.find_unused = find_unused
+        self.device = comm_device(group, self.module)
+        params = trainable_parameters(self.module)
+        self.names = tuple(params)
+        self.sizes = {n: p.numel() * p.element_size() for n, p in params.items()}
+        self.cuda = any(p.is_cuda for p in params.values())
+        self.clock = _Clock(self.cuda)
+        self.backend = self._backend()
+        self.phase: str = "warmup"
+        self.step = 0  # counted steps so far
+        self.variant_of: list[str] = []  # per counted step: "stock" or "plan"
+        self.recorder = None
+        self.plan_ddp: nn.parallel.DistributedDataParallel | None = None  # the plan's, kept across switches
+        # with find_unused_parameters a reducer left idle must not run again (module docstring): each
+        # switch then builds the variant's DDP afresh, and the wrapper's own runs only before the first
+        self.fresh_per_switch = find_unused
+        self.active: nn.Module | None = None  # the DDP forwards go to (None: the wrapper's own)
+        self.active_variant = "stock"
+        self.plan = None
+        self.stock_plan = None
+        self.model: InJobModel | None = None
+        self.comparison = None
+        self.trial_start = 0  # first counted step of the trial's pairs
+        self.pairs = 0
+        self.ratios: list[float] = []
+        self.decision: str | None = None
+        self.reason = ""
+        self.own_s = 0.0  # host seconds in the tuner's own work (fits, plans, probes, broadcasts)
+        self.decided_at: int | None = None
+        self.entry: Path | None = None
+        self.key = ""
+        self.summary: dict = {}
+        t = time.perf_counter()
+        self._load_memory()
+        self.own_s += time.perf_counter() - t
+
+    # --- what runs each step ---------------------------------------------------------------------
+
+    def route(self, counted: bool) -> nn.Module | None:
+        """The DDP for this forward (None: the wrapper's own); counted steps advance the tuning."""
+        if not counted or self.phase == "done":
+            return self.active
+        self.clock.stamp()
+        t = time.perf_counter()
+        try:
+            variant = self._advance()
+            self._switch(variant)
+        finally:
+            self.own_s += time.perf_counter() - t
+        self.variant_of.append(variant)
+        self.step += 1
+        return self.active
+
+    def _switch(self, variant: str) -> None:
+        """Make ``variant``'s DDP the one in use (between steps: gradients are the user's then)."""
+        if variant == self.active_variant and (self.active is not None or variant == "stock"):
+            return
+        if not self.fresh_per_switch:
+            self.active = self.plan_ddp if variant == "plan" else None
+        else:
+            self.active = None  # the previous one goes first: its reducer's hooks with it
+            self.active = self._new_ddp(self.plan if variant == "plan" else None)
+        self.active_variant = variant
+
+    def _advance(self) -> str:
+        cfg, k = self.cfg, self.step
+        if self.phase == "warmup":
+            if cfg.total_steps is not None and cfg.total_steps < cfg.min_job_steps:
+                self._finish("stock", f"the job runs {cfg.total_steps} steps, fewer than min_job_steps ({cfg.min_job_steps}): not tuned")
+                return "stock"
+            if k == cfg.warmup_steps - 1:  # the recorder goes on now: this step's record is dropped
+                if not self._start_recording():
+                    return "stock"
+                self.phase = "calibrate"
+            return "stock"
+        if self.phase == "calibrate":
+            if k < cfg.warmup_steps + cfg.calibration_steps:
+                return "stock"
+            return self._calibrate_and_plan()
+        if self.phase == "trial":
+            return self._trial_step()
+        raise AssertionError(self.phase)
+
+    # --- phase 2-3: calibrate and plan ---------------------------------------------------------
+
+    def _start_recording(self) -> bool:
+        from commsched.runtime.record import StepRecorder
+
+        ddp = self._ddp_ref
+        if getattr(ddp, "_comm_hooks", None) or ddp._get_ddp_logging_data().get("comm_hook"):
+            self._finish("stock", "a comm hook is registered on the model: tuning records DDP's own all-reduces, so it keeps stock DDP")
+            return False
+        self.recorder = StepRecorder(ddp, order=self.names)
+        # attached inside this step's forward, after its pre-hooks: start the step's record by hand
+        # (it is dropped anyway; its forward began before the stamp)
+        self.recorder._on_forward_start(ddp, ())
+        return True
+
+    def _calibrate_and_plan(self) -> str:
+        cfg = self.cfg
+        first = cfg.warmup_steps  # the step after the one during which the recorder was attached
+        records = list(self.recorder.records)[1:]
+        self.recorder.remove()
+        self.recorder_own_s = self.recorder.own_s
+        self.recorder = None
+        periods = [self.clock.period(k) for k in range(first, first + len(records))]
+        probes = self._probe(cfg.timeout_s)
+        payload: bytes | None = None
+        if self.rank == 0:
+            try:
+                payload = json.dumps(self._plan_doc(records, periods, probes)).encode()
+            except Exception as e:  # noqa: BLE001 - every rank must hear of it, or they wait for the plan
+                payload = json.dumps({"error": f"{type(e).__name__}: {e}"}).encode()
+        doc = json.loads(broadcast_bytes(payload, self.group, self.device, self.rank, cfg.timeout_s, "tuning's plan"))
+        if "error" in doc:  # the job goes on with stock DDP: tuning never stops training
+            import warnings
+
+            warnings.warn(f"commsched tune: planning failed on rank 0 ({doc['error']}); keeping stock DDP's buckets", stacklevel=4)
+            self._finish("stock", f"planning failed on rank 0: {doc['error']}")
+            return "stock"
+        from commsched.formats.io import plan_from_json
+
+        self.plan = plan_from_json(doc["plan"], where="tuning's plan")
+        self.stock_plan = plan_from_json(doc["stock"], where="tuning's stock plan")
+        self.summary["predicted"] = doc["predicted"]
+        if not doc["try"]:
+            self._finish("stock", doc["reason"])
+            return "stock"
+        if not self.fresh_per_switch:
+            self.plan_ddp = self._new_ddp(self.plan)
+        self.phase = "trial"
+        self.trial_start = self.step + cfg.rule.block  # one block of the plan first, not timed: DDP's rebuild
+        return "plan"
+
+    def _probe(self, timeout_s: float) -> list[tuple[int, float]]:
+        """A few small all-reduces on the job's group, three of each size after one untimed: the
+        per-call cost that DDP's large buckets hide. Each waits at most ``timeout_s``."""
+        points = []
+        for size in PROBE_SIZES:
+            x = torch.zeros(size // 4, dtype=torch.float32, device=self.device)
+            for k in range(4):
+                t = time.perf_counter()
+                work = dist.all_reduce(x, group=self.group, async_op=True)
+                wait_until(work, time.monotonic() + timeout_s, "tuning's all-reduce probes", self.rank, "a peer rank has probably died")
+                if self.cuda:
+                    torch.cuda.synchronize()
+                if k:  # the first call sets up what the size needs
+                    points.append((size, time.perf_counter() - t))
+        return points
+
+    def _plan_doc(self, records, periods, probes) -> dict:
+        """Rank 0: fit, plan, predict stock DDP's defaults, and whether to try the plan."""
+        from commsched.cost.cluster import ClusterSpec
+        from commsched.formats.io import plan_to_json
+        from commsched.planners import make_plan, planner_for
+        from commsched.planners.compare import compare, recommend
+        from commsched.planners.stock_ddp import DDP
+
+        model = fit_in_job(records, periods, self.sizes, probes, model=type(self.module).__name__)
+        self.model = model
+        profile = model.profile
+        if self.find_unused:
+            profile = with_unused_parameters(profile, self.module, True)
+        sem = semantics_for(self.backend, model.comm_slowdown)
+        cluster = ClusterSpec(
+            name=f"in-job-{self.world}x-{self.backend}", workers=self.world, allreduce=model.cost,
+            source=f"fitted by commsched tune to {len(records)} of the job's own stock DDP steps and {len(probes)} small all-reduces",
+        )
+        self.comparison = compare(profile, cluster, [planner_for(self.cfg.strategy, sem)], sem, self.cfg.min_gain)
+        plan = make_plan(planner_for(self.cfg.strategy, sem), profile, model.cost, sem)
+        stock = make_plan(DDP(), profile, model.cost, sem)
+        assert plan.predicted is not None and stock.predicted is not None
+        same = tuple(b.tensors for b in plan.buckets) == tuple(b.tensors for b in stock.buckets)
+        rec = recommend({plan.strategy: plan.predicted.iteration_s}, (plan.strategy,) if same else (), stock.predicted.iteration_s, self.cfg.min_gain)
+        try_it = not same and not rec.stock_kept
+        if self.cfg.keep != "measured" and not same:
+            try_it = True  # the outcome is fixed: the trial runs whatever the prediction, to be reported
+        reason = rec.reason if not try_it else f"{plan.strategy} ({len(plan.buckets)} buckets) predicted {stock.predicted.iteration_s / plan.predicted.iteration_s - 1:+.1%}: trying it"
+        if same:
+            reason = f"{plan.strategy} is stock DDP's default buckets"
+        return {
+            "plan": plan_to_json(plan), "stock": plan_to_json(stock), "try": try_it, "reason": reason,
+            "predicted": {"plan_s": plan.predicted.iteration_s, "stock_s": stock.predicted.iteration_s, "model": model.to_json()},
+        }
+
+    def _new_ddp(self, plan) -> nn.parallel.DistributedDataParallel:
+        """Stock DDP over the wrapper's module with ``plan``'s caps (None: DDP's defaults), the user's
+        other DDP arguments, no second broadcast of the weights."""
+        import warnings
+
+        opts: dict = {"find_unused_parameters": self.find_unused}
+        if plan is not None:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                opts = ddp_options(plan, self.module, find_unused_parameters=self.find_unused, static_graph=bool(self.ddp_kwargs.get("static_graph")))
+            self.summary["inexact"] = [str(w.message) for w in caught]
+            opts.setdefault("find_unused_parameters", self.find_unused)
+        kwargs = {k: v for k, v in self.ddp_kwargs.items() if k not in opts}
+        return nn.parallel.DistributedDataParallel(self.module, process_group=self.group, init_sync=False, **kwargs, **opts)
+
+    # --- phase 4: the trial ----------------------------------------------------------------------
+
+    def _trial_step(self) -> str:
+        """The variant of the current step: the plan's untimed first block, then pairs of blocks,
+        stock first in even pairs and the plan first in odd ones (a linear drift cancels)."""
+        rule, k = self.cfg.rule, self.step
+        if k < self.trial_start:
+            return "plan"
+        i = k - self.trial_start
+        pair, within = divmod(i, 2 * rule.block)
+        if within == 0 and pair > 0:  # the pair before is complete: its last period closed at this stamp
+            self.pairs = pair
+            done = self._decide_after_pair()
+            if done:
+                return "plan" if self.decision == "plan" else "stock"
+        first, second = ("stock", "plan") if pair % 2 == 0 else ("plan", "stock")
+        return first if within < rule.block else second
+
+    def _blocks(self) -> tuple[list[list[float]], list[list[float]]]:
+        rule = self.cfg.rule
+        stock, plan = [], []
+        for p in range(self.pairs):
+            base = self.trial_start + p * 2 * rule.block
+            for b in range(2):
+                ks = range(base + b * rule.block, base + (b + 1) * rule.block)
+                times = [self.clock.period(k) for k in ks]
+                (plan if self.variant_of[ks[0]] == "plan" else stock).append(times)
+        return stock, plan
+
+    def _decide_after_pair(self) -> bool:
+        payload = None
+        if self.rank == 0:
+            stock, plan = self._blocks()
+            self.ratios = pair_ratios(stock, plan)
+            v = verdict(self.ratios, self.cfg.rule)
+            doc: dict = {"verdict": v}
+            if v is not None:
+                med, lo, hi = speedup_interval(self.ratios, self.cfg.rule.resamples, self.cfg.rule.seed)
+                doc["measured_speedup"] = {"median": med, "ci95": [lo, hi], "pairs": len(self.ratios)}
+                doc["why"] = f"measured {med:.3f}x [{lo:.3f}, {hi:.3f}] over stock DDP's defaults in {len(self.ratios)} pairs of {self.cfg.rule.block} steps"
+            payload = json.dumps(doc).encode()
+        doc = json.loads(broadcast_bytes(payload, self.group, self.device, self.rank, self.cfg.timeout_s, "tuning's verdict"))
+        v = doc["verdict"]
+        if v is None:
+            return False
+        self.summary["measured_speedup"] = doc["measured_speedup"]
+        keep = v if self.cfg.keep == "measured" else self.cfg.keep
+        self._finish(keep, doc["why"] + ("" if keep == v else f"; keeping {keep} as asked (keep={self.cfg.keep!r})"))
+        return True
+
+    # --- the decision ----------------------------------------------------------------------------
+
+    def _finish(self, decision: str, reason: str, *, from_memory: bool = False) -> None:
+        self.decision, self.reason = decision, reason
+        self.phase = "done"
+        self.decided_at = self.step
+        if self.recorder is not None:
+            self.recorder.remove()
+            self.recorder = None
+        self._switch(decision)
+        if decision == "stock":
+            self.plan_ddp = None  # its buckets go with it
+        if self.rank == 0 and not from_memory:
+            self._write()
+        if self.rank == 0 and self.cfg.log:
+            where = f" ({self.entry})" if self.entry is not None else ""
+            kept = f"{self.plan.strategy}'s {len(self.plan.buckets)} buckets" if decision == "plan" and self.plan is not None else "stock DDP's default buckets"
+            src = "from memory" if from_memory else f"after {self.step} steps"
+            print(f"commsched tune: keeping {kept} {src}: {reason}{where}", file=sys.stderr, flush=True)
+
+    def report(self) -> dict:
+        """What tuning did, its steps and cost (on rank 0 the measurements too)."""
+        counts = {"stock": self.variant_of.count("stock"), "plan": self.variant_of.count("plan")}
+        doc = {
+            "schema": SCHEMA,
+            "decision": self.decision,
+            "reason": self.reason,
+            "key": self.key,
+            "steps_to_decide": self.decided_at,
+            "steps_by_variant": counts,
+            "calibration_steps": self.cfg.calibration_steps if self.model is not None else 0,
+            "trial_pairs": len(self.ratios),
+            "block_steps": self.cfg.rule.block,
+            "tuner_own_s": self.own_s,
+            "recorder_own_s": getattr(self, "recorder_own_s", 0.0),
+            **self.summary,
+        }
+        if self.rank == 0 and self.decision is not None and self.pairs:
+            stock, plan = self._blocks()
+            flat_s = [t for b in stock for t in b]
+            flat_p = [t for b in plan for t in b]
+            doc["trial"] = {"stock_steps_s": flat_s, "plan_steps_s": flat_p}
+            settle = [self.clock.period(k) for k in range(self.trial_start - self.cfg.rule.block, self.trial_start)]
+            # what the trial cost against running stock DDP throughout: the plan's steps over stock's median
+            doc["trial_cost_s"] = sum(flat_p) + sum(settle) - (len(flat_p) + len(settle)) * statistics.median(flat_s)
+        return doc
+
+    # --- the memory ------------------------------------------------------------------------------
+
+    def _backend(self) -> str:
+        from commsched.runtime.resource_hook import device_backend
+
+        return device_backend(dist.get_backend_config(self.group), "cuda" if self.cuda else "cpu") or "unknown"
+
+    def _load_memory(self) -> None:
+        cfg = self.cfg
+        cluster = cfg.cluster
+        if cluster is None:
+            hosts = gather_text(socket.gethostname(), self.group, self.device, self.rank, cfg.timeout_s, "tuning's start")
+            cluster = ",".join(f"{h}x{hosts.count(h)}" for h in sorted(set(hosts)))
+        flags = {"find_unused_parameters": self.find_unused, **{k: repr(v) for k, v in sorted(self.ddp_kwargs.items())}}
+        self.key = signature(self.module, self.world, self.backend, cluster, flags, cfg.strategy)
+        memory = cfg.memory_dir()
+        if memory is not None:
+            self.entry = Path(cfg.out_dir) if cfg.out_dir else memory / self.key
+        elif cfg.out_dir:
+            self.entry = Path(cfg.out_dir)
+        payload = None
+        if self.rank == 0:
+            doc = None
+            if memory is not None and not cfg.retune:
+                f = memory / self.key / "decision.json"
+                if f.is_file():
+                    try:
+                        doc = json.loads(f.read_text())
+                        if doc.get("schema") != SCHEMA or doc.get("decision") not in _DECISIONS or doc.get("key") != self.key:
+                            doc = None
+                    except (OSError, ValueError):
+                        doc = None
+            payload = json.dumps(doc).encode()
+        doc = json.loads(broadcast_bytes(payload, self.group, self.device, self.rank, cfg.timeout_s, "tuning's memory"))
+        if doc is None:
+            return
+        from commsched.formats.io import plan_from_json
+
+        self.plan = plan_from_json(doc["plan"], where="the remembered plan")
+        if doc["decision"] == "plan":
+            self.plan_ddp = None if self.fresh_per_switch else self._new_ddp(self.plan)
+        self.summary["from_memory"] = str(memory / self.key) if memory is not None else None
+        self._finish(doc["decision"], doc["reason"], from_memory=True)
+
+    def _write(self) -> None:
+        """Rank 0: decision.json, plan.json and ddp_options.json of what is kept, and report.html."""
+        if self.entry is None:
+            return
+        from commsched.formats.io import plan_to_json, write_json
+        from commsched.planners.stock_ddp import ddp_options_doc
+
+        kept = self.plan if self.decision == "plan" else self.stock_plan
+        doc = {**self.report(), "created": date.today().isoformat()}
+        if kept is not None:
+            doc["plan"] = plan_to_json(kept)
+            write_json(self.entry / "plan.json", doc["plan"])
+            write_json(self.entry / "ddp_options.json", ddp_options_doc(kept))
+        write_json(self.entry / "decision.json", doc)
+        if self.comparison is not None:
+            self._write_report(doc)
+
+    def _write_report(self, doc: dict) -> None:
+        from commsched.report.html import plan_section, validate_section, write_report
+
+        sections = [plan_section(self.comparison)]
+        trial = doc.get("trial")
+        if trial and trial["stock_steps_s"] and trial["plan_steps_s"]:
+            trial_doc = _trial_as_validate(doc, self.plan, self.stock_plan, self.cfg.rule, self.world, self.backend)
+            sections.append(validate_section(trial_doc, source="decision.json"))
+        write_report(self.entry / "report.html", sections)
+
+
+def _trial_as_validate(doc: dict, plan, stock_plan, rule: TrialRule, world: int, backend: str) -> dict:
+    """The trial in the shape of a ``validate.json`` (what the HTML report's measured section reads)."""
+
+    def row(p, steps: list[float], speedup: dict) -> dict:
+        measured = statistics.median(steps)
+        err = p.predicted.iteration_s / measured - 1
+        return {
+            "buckets": len(p.buckets), "iteration_s": p.predicted.iteration_s, "measured_s": measured,
+            "measured_min_s": min(steps), "measured_max_s": max(steps), "error": err, "error_ci95": [err, err],
+            "speedup_vs_stock_ddp": speedup["median"], "speedup_ci95": speedup["ci95"],
+            "no_contention_s": None, "error_before_run": None, "predicted_before_run_s": None,
+        }
+
+    sp = doc.get("measured_speedup", {"median": 1.0, "ci95": [1.0, 1.0]})
+    trial = doc["trial"]
+    return {
+        "model": plan.model, "batch_size": 1, "world_size": world, "backend": backend,
+        "rounds": max(1, len(trial["plan_steps_s"]) // rule.block), "steps_per_round": rule.block,
+        "best_measured": plan.strategy if doc["decision"] == "plan" else "stock_ddp",
+        "strategies": {plan.strategy: row(plan, trial["plan_steps_s"], sp)},
+        "stock_ddp": row(stock_plan, trial["stock_steps_s"], {"median": 1.0, "ci95": [1.0, 1.0]}),
+    }

@@ -1,0 +1,82 @@
+"""commsched.DataParallel(tune=...) on two real gloo processes, with models that are not in the zoo:
+through the whole tuning phase and after it the parameters are stock DDP's bit for bit, whichever
+way tuning decides, and a restart of the same job takes the decision from memory."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.distributed.launch import results, run_workers
+
+
+def _runs(tmp_path, model: str, keep: str, strategy: str, min_gain: str = "0.03") -> list[dict]:
+    docs = results(run_workers("tune.py", [model, keep, strategy, str(tmp_path), min_gain]))
+    for doc in docs:
+        for run in doc["runs"]:
+            assert run["bit_identical"], (model, keep, run)
+    return [doc["runs"] for doc in docs]
+
+
+@pytest.mark.parametrize("model", ["tied", "unused", "mixed"])
+def test_a_kept_plan_trains_as_stock_ddp_and_is_remembered(tmp_path, model):
+    by_rank = _runs(tmp_path, model, "plan", "wfbp")
+    for first, again in by_rank:
+        assert first["decision"] == "plan" and first["from_memory"] is None
+        assert first["steps_by_variant"]["plan"] > 0 and first["steps_by_variant"]["stock"] >= 5
+        assert first["steps_to_decide"] > 5  # warm-up, calibration and a trial came first
+        # the restart: same decision, no calibration, no trial
+        assert again["decision"] == "plan" and again["from_memory"] and again["steps_to_decide"] == 0
+    assert by_rank[0][0]["reason"] == by_rank[1][0]["reason"]  # every rank follows rank 0
+    entry = next(p for p in tmp_path.iterdir() if p.is_dir())
+    decision = json.loads((entry / "decision.json").read_text())
+    assert decision["schema"] == "commsched.tune/v1" and decision["decision"] == "plan"
+    assert decision["plan"]["strategy"] == "wfbp"
+    assert {"plan.json", "ddp_options.json", "report.html"} <= {p.name for p in entry.iterdir()}
+    assert "trial" in decision and decision["trial"]["plan_steps_s"]
+
+
+def test_a_rejected_plan_leaves_stock_ddp(tmp_path):
+    for first, again in _runs(tmp_path, "tied", "stock", "wfbp"):
+        assert first["decision"] == "stock" and first["steps_by_variant"]["plan"] > 0
+        assert again["decision"] == "stock" and again["steps_to_decide"] == 0
+
+
+def test_a_plan_predicted_no_faster_is_not_tried(tmp_path):
+    # a min gain of 90% is out of any plan's reach: stock DDP's buckets stay and the plan never runs
+    for first, _ in _runs(tmp_path, "net", "measured", "optimal", "0.9"):
+        assert first["decision"] == "stock" and first["steps_by_variant"]["plan"] == 0
+        assert first["trial_pairs"] == 0
+
+
+def test_the_measured_verdict_keeps_the_gradients(tmp_path):
+    for first, again in _runs(tmp_path, "net", "measured", "wfbp", "0"):
+        assert first["decision"] in ("plan", "stock") and again["decision"] == first["decision"]
+
+
+def test_a_rank_that_dies_while_tuning_is_a_clear_error_on_the_others(tmp_path, monkeypatch):
+    import time
+
+    monkeypatch.setenv("TUNE_DIE_RANK", "1")
+    t = time.monotonic()
+    procs = run_workers("tune.py", ["net", "plan", "wfbp", str(tmp_path)], timeout_s=120)
+    assert procs[1].returncode == 3  # the rank that died
+    assert procs[0].returncode != 0
+    assert "tuning's all-reduce probes did not complete" in procs[0].stderr and "peer rank has probably died" in procs[0].stderr
+    assert time.monotonic() - t < 60  # within the tuner's timeout (20 s), not the process group's
+
+
+@pytest.mark.cuda
+def test_on_nccl_tuning_keeps_the_gradients_and_decides(tmp_path, monkeypatch):
+    """The same path on NCCL (make gpu-check): CUDA events time the steps, probes and broadcasts go
+    through the GPU; one rank per GPU (one rank where there is one GPU)."""
+    import torch
+
+    monkeypatch.setenv("TUNE_CUDA", "1")
+    world = min(2, torch.cuda.device_count())
+    docs = results(run_workers("tune.py", ["tied", "plan", "wfbp", str(tmp_path)], world=world, timeout_s=300))
+    for doc in docs:
+        first, again = doc["runs"]
+        assert first["bit_identical"] and again["bit_identical"], first
+        assert first["decision"] == "plan" and again["from_memory"]

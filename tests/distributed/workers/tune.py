@@ -1,0 +1,135 @@
+"""Train models that are not in the zoo with stock DDP and with commsched.DataParallel(tune=...)
+through the whole tuning phase and past it; report whether the parameters are stock DDP's bit for bit
+and what tuning decided.
+
+argv: MODEL (tied | unused | mixed | net) KEEP (measured | plan | stock) STRATEGY CACHE_DIR [MIN_GAIN]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import common
+from commsched.runtime.lifecycle import end_process_group
+
+MODEL, KEEP, STRATEGY, CACHE = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+MIN_GAIN = float(sys.argv[5]) if len(sys.argv) > 5 else 0.03
+CUDA = os.environ.get("TUNE_CUDA") == "1"
+DEVICE = "cuda" if CUDA else "cpu"
+STEPS = 26
+VOCAB, D = 40, 32
+
+
+class TiedLM(nn.Module):
+    """A one-layer transformer language model whose output projection is its embedding (tied)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, D)
+        self.enc = nn.TransformerEncoderLayer(D, 4, 64, dropout=0.0, batch_first=True)
+        self.head = nn.Linear(D, VOCAB, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, tokens):
+        return self.head(self.enc(self.emb(tokens)))
+
+
+class Mixed(nn.Module):
+    """fp32 and bf16 parameters in one model (DDP buckets each dtype apart)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(3 * 8 * 8, 64)
+        self.b = nn.Linear(64, 64).to(torch.bfloat16)
+        self.c = nn.Linear(64, 10)
+
+    def forward(self, x):
+        h = torch.relu(self.a(x.flatten(1)))
+        h = torch.relu(self.b(h.to(torch.bfloat16))).float()
+        return self.c(h)
+
+
+def make() -> nn.Module:
+    torch.manual_seed(0)
+    if MODEL == "tied":
+        return TiedLM().to(DEVICE)
+    if MODEL == "mixed":
+        return Mixed().to(DEVICE)
+    return common.Net(branch=MODEL == "unused").to(DEVICE)
+
+
+def step_loss(model: nn.Module, rank: int, step: int) -> torch.Tensor:
+    if MODEL == "tied":
+        g = torch.Generator().manual_seed(1000 * step + rank)
+        tokens = torch.randint(0, VOCAB, (4, 6), generator=g).to(DEVICE)
+        out = model(tokens[:, :-1])
+        return nn.functional.cross_entropy(out.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
+    x, y = (t.to(DEVICE) for t in common.batch(rank, step))
+    if MODEL == "unused":  # the branch is used on rank 0 at even steps only
+        return nn.functional.cross_entropy(model(x, use_extra=rank == 0 and step % 2 == 0), y)
+    return nn.functional.cross_entropy(model(x), y)
+
+
+def train(wrapped: nn.Module, module: nn.Module, rank: int) -> None:
+    opt = torch.optim.SGD(module.parameters(), lr=0.05, momentum=0.9)
+    for step in range(STEPS):
+        opt.zero_grad(set_to_none=True)
+        step_loss(wrapped, rank, step).backward()
+        opt.step()
+
+
+def main() -> None:
+    from commsched.calibrate.trial import TrialRule
+    from commsched.runtime.data_parallel import DataParallel
+    from commsched.runtime.tune import TuneConfig
+
+    if CUDA:  # NCCL, each rank on its own GPU
+        from datetime import timedelta
+
+        import torch.distributed as dist
+
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        dist.init_process_group("nccl", timeout=timedelta(seconds=60))
+        rank = dist.get_rank()
+    else:
+        rank, _ = common.init()
+    if os.environ.get("TUNE_DIE_RANK") == str(rank):  # this rank dies as tuning measures its probes
+        from commsched.runtime.tune import Tuner
+
+        Tuner._probe = lambda self, timeout_s: os._exit(3)
+    unused = MODEL == "unused"
+    ref = make()
+    train(DDP(ref, find_unused_parameters=unused), ref, rank)
+
+    cfg = TuneConfig(
+        strategy=STRATEGY, keep=KEEP, warmup_steps=2, calibration_steps=3, min_gain=MIN_GAIN, cache_dir=CACHE, timeout_s=20,
+        rule=TrialRule(block=1, min_pairs_reject=2, min_pairs_keep=2, max_pairs=4), log=True,
+    )
+    out = {"rank": rank, "runs": []}
+    for _ in range(2):  # the second run is a restart of the same job: from memory
+        model = make()
+        dp = DataParallel(model, tune=cfg, find_unused_parameters=unused)
+        train(dp, model, rank)
+        rep = dp.tuning
+        out["runs"].append({
+            "bit_identical": all(torch.equal(p, q) for p, q in zip(model.parameters(), ref.parameters())),
+            "max_rel_diff": common.max_rel_diff(model, ref),
+            "decision": rep["decision"],
+            "reason": rep["reason"],
+            "from_memory": rep.get("from_memory"),
+            "steps_to_decide": rep["steps_to_decide"],
+            "steps_by_variant": rep["steps_by_variant"],
+            "trial_pairs": rep["trial_pairs"],
+        })
+        del dp
+    common.emit(out)
+    end_process_group(clean=True)
+
+
+if __name__ == "__main__":
+    main()
