@@ -1,6 +1,7 @@
 """One training job per variant, N steps each, on every rank (run under torchrun or commsched emulate
 by ``benchmarks/tune_emulated.py``): stock DDP's defaults, ``commsched.DataParallel(tune=True)``, and
-stock DDP with ``bucket_cap_mb`` in {1, 5, 10, 25, 50, 100} (the hand sweep). Each variant trains a
+stock DDP with ``bucket_cap_mb`` in {1, 5, 10, 25, 50, 100} (the hand sweep); for the cost of tuning itself also ``untuned`` (the wrapper, not tuning) and
+``recorded`` (stock DDP recorded over steps 2-10, as tuning records it). Each variant trains a
 fresh copy of the model (seeded: the same weights) with SGD on the factory's inputs; the variants run
 in a random order per repeat (the same on every rank). Rank 0 writes the totals, every step's time
 (forward to forward) and the tuner's report as JSON to --out.
@@ -57,13 +58,26 @@ def main() -> None:
                 elif v == "tuned":
                     cfg = TuneConfig(strategy=args.tune_strategy, cache_dir="", total_steps=args.steps, log=rank == 0)
                     ddp = DataParallel(model, tune=cfg, find_unused_parameters=args.find_unused)
+                elif v == "untuned":  # the wrapper alone: a job too short to tune, stock DDP throughout
+                    cfg = TuneConfig(cache_dir="", total_steps=1, log=False)
+                    ddp = DataParallel(model, tune=cfg, find_unused_parameters=args.find_unused)
+                elif v == "recorded":  # stock DDP with a StepRecorder over steps 2-10, then removed (what tuning records)
+                    ddp = DDP(model, find_unused_parameters=args.find_unused)
                 else:
                     ddp = DDP(model, bucket_cap_mb=float(v[3:]), find_unused_parameters=args.find_unused)
+                recorder = None
                 opt = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9)
                 stamps = []
                 dist.barrier()
                 t0 = time.perf_counter()
-                for _ in range(args.steps):
+                for step in range(args.steps):
+                    if v == "recorded" and step == 2:
+                        from commsched.runtime.record import StepRecorder
+
+                        recorder = StepRecorder(ddp)
+                    if recorder is not None and step == 11:
+                        recorder.remove()
+                        recorder = None
                     stamps.append(time.perf_counter())
                     opt.zero_grad(set_to_none=True)
                     built.loss_fn(ddp(*built.inputs)).backward()

@@ -80,3 +80,12 @@ def test_on_nccl_tuning_keeps_the_gradients_and_decides(tmp_path, monkeypatch):
         first, again = doc["runs"]
         assert first["bit_identical"] and again["bit_identical"], first
         assert first["decision"] == "plan" and again["from_memory"]
+
+
+def test_a_job_too_short_to_tune_is_stock_ddp_and_remembers_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNE_TOTAL_STEPS", "26")
+    for first, again in _runs(tmp_path, "net", "measured", "optimal"):
+        assert first["decision"] == "stock" and first["steps_to_decide"] == 0 and "not tuned" in first["reason"]
+        assert first["steps_by_variant"] == {"stock": 1, "plan": 0}
+        assert again["from_memory"] is None and again["decision"] == "stock"
+    assert not any(tmp_path.iterdir())

@@ -446,8 +446,8 @@ class Tuner:
             "key": self.key,
             "steps_to_decide": self.decided_at,
             "steps_by_variant": counts,
-            "calibration_steps": self.cfg.calibration_steps if self.model is not None else 0,
-            "trial_pairs": len(self.ratios),
+            "calibration_steps": self.cfg.calibration_steps if self.stock_plan is not None else 0,
+            "trial_pairs": self.pairs,
             "block_steps": self.cfg.rule.block,
             "tuner_own_s": self.own_s,
             "recorder_own_s": getattr(self, "recorder_own_s", 0.0),
@@ -491,7 +491,8 @@ class Tuner:
                 if f.is_file():
                     try:
                         doc = json.loads(f.read_text())
-                        if doc.get("schema") != SCHEMA or doc.get("decision") not in _DECISIONS or doc.get("key") != self.key:
+                        if (doc.get("schema") != SCHEMA or doc.get("decision") not in _DECISIONS or doc.get("key") != self.key
+                                or not isinstance(doc.get("plan"), dict)):
                             doc = None
                     except (OSError, ValueError):
                         doc = None
@@ -515,11 +516,11 @@ class Tuner:
         from commsched.planners.stock_ddp import ddp_options_doc
 
         kept = self.plan if self.decision == "plan" else self.stock_plan
-        doc = {**self.report(), "created": date.today().isoformat()}
-        if kept is not None:
-            doc["plan"] = plan_to_json(kept)
-            write_json(self.entry / "plan.json", doc["plan"])
-            write_json(self.entry / "ddp_options.json", ddp_options_doc(kept))
+        if kept is None:  # decided without measuring (a short job, a comm hook, a failed plan): nothing to remember
+            return
+        doc = {**self.report(), "created": date.today().isoformat(), "plan": plan_to_json(kept)}
+        write_json(self.entry / "plan.json", doc["plan"])
+        write_json(self.entry / "ddp_options.json", ddp_options_doc(kept))
         write_json(self.entry / "decision.json", doc)
         if self.comparison is not None:
             self._write_report(doc)

@@ -109,6 +109,7 @@ def main() -> None:
     cfg = TuneConfig(
         strategy=STRATEGY, keep=KEEP, warmup_steps=2, calibration_steps=3, min_gain=MIN_GAIN, cache_dir=CACHE, timeout_s=20,
         rule=TrialRule(block=1, min_pairs_reject=2, min_pairs_keep=2, max_pairs=4), log=True,
+        total_steps=int(os.environ["TUNE_TOTAL_STEPS"]) if os.environ.get("TUNE_TOTAL_STEPS") else None,
     )
     out = {"rank": rank, "runs": []}
     for _ in range(2):  # the second run is a restart of the same job: from memory
