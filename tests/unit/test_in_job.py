@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from commsched.calibrate.in_job import Busy, cost_of_points, fit_cost, fit_in_job, profile_of_steps, service_times
+from commsched.calibrate.in_job import Busy, fit_cost, fit_in_job, profile_of_steps, service_times
 from commsched.cost.models import AlphaBeta, Table
 from commsched.errors import CommschedError
 
@@ -85,17 +85,17 @@ def test_the_slowdown_under_compute_is_recovered_from_buckets_and_probes():
 
 
 def test_cost_is_alpha_beta_where_it_fits_else_a_table():
-    pts = [(b, 1e-3 + 2e-9 * b) for b in (4096, 65536, 1 << 20, 25 << 20)]
-    cost, kind, err = cost_of_points(pts)
+    pts = [Busy(1, b, 1e-3 + 2e-9 * b) for b in (4096, 65536, 1 << 20, 25 << 20)]
+    cost, kind, err, _ = fit_cost(pts)
     assert kind == "alpha-beta" and isinstance(cost, AlphaBeta)
     assert cost.alpha_s == pytest.approx(1e-3, rel=1e-6) and cost.beta_s_per_byte == pytest.approx(2e-9, rel=1e-6)
     assert err < 1e-6
     # falling with size: no positive line fits, the non-decreasing table stands in
-    cost, kind, _ = cost_of_points([(1000, 5e-3), (2000, 4e-3), (4000, 1e-3)])
+    cost, kind, _, _ = fit_cost([Busy(1, 1000, 5e-3), Busy(1, 2000, 4e-3), Busy(1, 4000, 1e-3)])
     assert kind == "table" and isinstance(cost, Table)
     assert all(b >= a for a, b in zip(cost.seconds, cost.seconds[1:]))
     with pytest.raises(CommschedError, match="two message sizes"):
-        cost_of_points([(1000, 1e-3), (1000, 2e-3)])
+        fit_cost([Busy(1, 1000, 1e-3), Busy(1, 1000, 2e-3)])
 
 
 def test_fit_in_job_pools_buckets_and_probes():

@@ -195,13 +195,6 @@ def fit_cost(samples: Sequence[Busy]) -> tuple[CostModel, str, float, float]:
     return table, "table", err, 0.0
 
 
-def cost_of_points(points: Sequence[tuple[int, float]]) -> tuple[CostModel, str, float]:
-    """(the cost, its kind, its largest relative error) of single all-reduces (bytes, seconds)
-    measured alone: :func:`fit_cost` of one call each, no overlap."""
-    cost, kind, err, _ = fit_cost([Busy(1, int(b), float(t)) for b, t in points])
-    return cost, kind, err
-
-
 def _table(points: Sequence[tuple[float, float]]) -> tuple[Table, float]:
     sizes = sorted({max(1, round(b)) for b, _ in points})
     points = [(max(1, round(b)), t) for b, t in points]

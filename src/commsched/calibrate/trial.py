@@ -73,14 +73,18 @@ def speedup_interval(ratios: Sequence[float], resamples: int = 2000, seed: int =
 
 def verdict(ratios: Sequence[float], rule: TrialRule) -> Verdict | None:
     """What to keep after these pairs, or None to measure another pair (module docstring)."""
-    n = len(ratios)
-    if n == 0:
+    if not ratios:
         return None
     _, lo, hi = speedup_interval(ratios, rule.resamples, rule.seed)
-    if n >= rule.min_pairs_keep and lo > 1.0:
+    return verdict_of(len(ratios), lo, hi, rule)
+
+
+def verdict_of(pairs: int, lo: float, hi: float, rule: TrialRule) -> Verdict | None:
+    """:func:`verdict` from the number of pairs and the interval already computed."""
+    if pairs >= rule.min_pairs_keep and lo > 1.0:
         return "plan"
-    if n >= rule.min_pairs_reject and hi < 1.0:
+    if pairs >= rule.min_pairs_reject and hi < 1.0:
         return "stock"
-    if n >= rule.max_pairs:
+    if pairs >= rule.max_pairs:
         return "plan" if lo > 1.0 else "stock"
     return None

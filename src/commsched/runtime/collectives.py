@@ -48,7 +48,7 @@ def broadcast_bytes(payload: bytes | None, group, device, rank: int, timeout_s: 
         buf.copy_(torch.frombuffer(bytearray(payload), dtype=torch.uint8))
     if size:
         wait_until(dist.broadcast(buf, src=src, group=group, async_op=True), deadline, what, rank, "a peer rank has probably died")
-    return bytes(buf.cpu().tolist())
+    return buf.cpu().numpy().tobytes()
 
 
 def gather_text(text: str, group, device, rank: int, timeout_s: float, what: str) -> list[str]:
@@ -63,6 +63,6 @@ def gather_text(text: str, group, device, rank: int, timeout_s: float, what: str
     wait_until(work, time.monotonic() + timeout_s, what, rank, "a peer rank has probably died")
     out = []
     for t in everyone:
-        b = bytes(t.cpu().tolist())
+        b = t.cpu().numpy().tobytes()
         out.append(b[1 : 1 + b[0]].decode(errors="replace"))
     return out

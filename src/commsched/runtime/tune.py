@@ -51,7 +51,7 @@ import torch.distributed as dist
 from torch import nn
 
 from commsched.calibrate.in_job import InJobModel, fit_in_job, semantics_for
-from commsched.calibrate.trial import TrialRule, pair_ratios, speedup_interval, verdict
+from commsched.calibrate.trial import TrialRule, pair_ratios, speedup_interval, verdict_of
 from commsched.errors import CommschedError
 from commsched.runtime.collectives import broadcast_bytes, comm_device, gather_text, wait_until
 from commsched.runtime.ddp_plan import ddp_options, trainable_parameters, with_unused_parameters
@@ -320,9 +320,8 @@ class Tuner:
         """Rank 0: fit, plan, predict stock DDP's defaults, and whether to try the plan."""
         from commsched.cost.cluster import ClusterSpec
         from commsched.formats.io import plan_to_json
-        from commsched.planners import make_plan, planner_for
-        from commsched.planners.compare import compare, recommend
-        from commsched.planners.stock_ddp import DDP
+        from commsched.planners import planner_for
+        from commsched.planners.compare import compare
 
         model = fit_in_job(records, periods, self.sizes, probes, model=type(self.module).__name__)
         self.model = model
@@ -334,21 +333,22 @@ class Tuner:
             name=f"in-job-{self.world}x-{self.backend}", workers=self.world, allreduce=model.cost,
             source=f"fitted by commsched tune to {len(records)} of the job's own stock DDP steps and {len(probes)} small all-reduces",
         )
-        self.comparison = compare(profile, cluster, [planner_for(self.cfg.strategy, sem)], sem, self.cfg.min_gain)
-        plan = make_plan(planner_for(self.cfg.strategy, sem), profile, model.cost, sem)
-        stock = make_plan(DDP(), profile, model.cost, sem)
-        assert plan.predicted is not None and stock.predicted is not None
-        same = tuple(b.tensors for b in plan.buckets) == tuple(b.tensors for b in stock.buckets)
-        rec = recommend({plan.strategy: plan.predicted.iteration_s}, (plan.strategy,) if same else (), stock.predicted.iteration_s, self.cfg.min_gain)
-        try_it = not same and not rec.stock_kept
-        if self.cfg.keep != "measured" and not same:
-            try_it = True  # the outcome is fixed: the trial runs whatever the prediction, to be reported
-        reason = rec.reason if not try_it else f"{plan.strategy} ({len(plan.buckets)} buckets) predicted {stock.predicted.iteration_s / plan.predicted.iteration_s - 1:+.1%}: trying it"
+        # the plan, stock DDP's default buckets and the recommendation, all scored under the in-job model
+        cmp = self.comparison = compare(profile, cluster, [planner_for(self.cfg.strategy, sem)], sem, self.cfg.min_gain)
+        (chosen,) = cmp.results.values()
+        assert cmp.stock is not None
+        plan, stock = chosen.plan, cmp.stock.plan
+        same = plan.strategy in cmp.stock_names
+        try_it = not same and (self.cfg.keep != "measured" or not cmp.recommended.stock_kept)  # keep fixed: tried to be reported
         if same:
             reason = f"{plan.strategy} is stock DDP's default buckets"
+        elif try_it:
+            reason = f"{plan.strategy} ({len(plan.buckets)} buckets) predicted {chosen.speedup_vs_ddp - 1:+.1%}: trying it"
+        else:
+            reason = cmp.recommended.reason
         return {
             "plan": plan_to_json(plan), "stock": plan_to_json(stock), "try": try_it, "reason": reason,
-            "predicted": {"plan_s": plan.predicted.iteration_s, "stock_s": stock.predicted.iteration_s, "model": model.to_json()},
+            "predicted": {"plan_s": chosen.timeline.iteration_s, "stock_s": cmp.stock.timeline.iteration_s, "model": model.to_json()},
         }
 
     def _new_ddp(self, plan) -> nn.parallel.DistributedDataParallel:
@@ -400,10 +400,10 @@ class Tuner:
         if self.rank == 0:
             stock, plan = self._blocks()
             self.ratios = pair_ratios(stock, plan)
-            v = verdict(self.ratios, self.cfg.rule)
+            med, lo, hi = speedup_interval(self.ratios, self.cfg.rule.resamples, self.cfg.rule.seed)
+            v = verdict_of(len(self.ratios), lo, hi, self.cfg.rule)
             doc: dict = {"verdict": v}
             if v is not None:
-                med, lo, hi = speedup_interval(self.ratios, self.cfg.rule.resamples, self.cfg.rule.seed)
                 doc["measured_speedup"] = {"median": med, "ci95": [lo, hi], "pairs": len(self.ratios)}
                 doc["why"] = f"measured {med:.3f}x [{lo:.3f}, {hi:.3f}] over stock DDP's defaults in {len(self.ratios)} pairs of {self.cfg.rule.block} steps"
             payload = json.dumps(doc).encode()
