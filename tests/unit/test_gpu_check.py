@@ -80,8 +80,10 @@ def test_make_gpu_check_uses_the_machines_python3_and_no_venv():
         pytest.skip("make is not installed")
     for cmd, env, folder in ((["gpu-check", "OUT=some/dir"], {}, "some/dir"), (["gpu-check"], {"OUT": "/x/y"}, "/x/y"),
                              (["gpu-check"], {}, "out/gpu-check")):
-        env = {k: v for k, v in os.environ.items() if k != "OUT"} | env
-        r = subprocess.run([make, "-n", *cmd], cwd=ROOT, env=env, capture_output=True, text=True, timeout=30)
+        # Under `make test` the environment carries MAKELEVEL/MAKEFLAGS: a nested make would
+        # then announce its directory, which is not part of the recipe.
+        env = {k: v for k, v in os.environ.items() if k not in ("OUT", "MAKELEVEL", "MAKEFLAGS", "MFLAGS")} | env
+        r = subprocess.run([make, "--no-print-directory", "-n", *cmd], cwd=ROOT, env=env, capture_output=True, text=True, timeout=30)
         assert r.returncode == 0, r.stderr
         recipe = r.stdout.strip().splitlines()
         assert len(recipe) == 1, recipe  # nothing else first: no venv is built
