@@ -47,7 +47,7 @@ def summarise(doc: dict) -> dict:
         row["sweep_with_search_s"] = caps[best] + sum(SWEEP_STEPS * (step[f"cap{c}"] - step[f"cap{best}"]) for c in caps)
     if doc["tuning"]:
         t = doc["tuning"][0]
-        row["tuning"] = {k: t.get(k) for k in ("decision", "reason", "steps_to_decide", "steps_by_variant", "trial_pairs", "tuner_own_s", "trial_cost_s")}
+        row["tuning"] = {k: t.get(k) for k in ("decision", "reason", "steps_to_decide", "steps_by_variant", "trial_pairs", "tuner_own_s", "cost_s", "cost_budget_s")}
     return row
 
 
@@ -75,7 +75,7 @@ def main() -> None:
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         rows[name] = summarise(json.loads(out.read_text()))
     print(f"Rate {args.rate_mbit} Mbit/s, {args.steps} steps per job.\n")
-    print("| model | stock DDP defaults s | tuned s (vs stock) | best cap: MiB, s (vs stock) | sweep with its search s (vs stock) | tuning: decision, steps to decide (plan steps) | sweep's search steps |")
+    print("| model | stock DDP defaults s | tuned s (vs stock) | best cap: MiB, s (vs stock) | sweep with its search s (vs stock) | tuning: decision, steps to decide (plan steps), its cost | sweep's search steps |")
     print("|---|---|---|---|---|---|---|")
     for name, r in rows.items():
         s = r["stock_s"]
@@ -83,7 +83,8 @@ def main() -> None:
         best = f"{r['best_cap']}, {r['caps_s'][r['best_cap']]:.1f} ({s / r['caps_s'][r['best_cap']]:.3f}x)" if r.get("best_cap") else "-"
         sweep = f"{r['sweep_with_search_s']:.1f} ({s / r['sweep_with_search_s']:.3f}x)" if "sweep_with_search_s" in r else "-"
         t = r.get("tuning") or {}
-        tuning = f"{t.get('decision')}, {t.get('steps_to_decide')} ({(t.get('steps_by_variant') or {}).get('plan', 0)})" if t else "-"
+        cost = f", cost {t['cost_s']:.2f} s" if t.get("cost_s") is not None else ""
+        tuning = f"{t.get('decision')}, {t.get('steps_to_decide')} ({(t.get('steps_by_variant') or {}).get('plan', 0)}){cost}" if t else "-"
         print(f"| {name} | {s:.1f} | {tuned} | {best} | {sweep} | {tuning} | {r.get('sweep_search_steps', '-')} |")
     for name, r in rows.items():
         caps = ", ".join(f"{c}: {v:.1f}" for c, v in r["caps_s"].items())

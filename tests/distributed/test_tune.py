@@ -11,8 +11,8 @@ import pytest
 from tests.distributed.launch import results, run_workers
 
 
-def _runs(tmp_path, model: str, keep: str, strategy: str, min_gain: str = "0.03") -> list[dict]:
-    docs = results(run_workers("tune.py", [model, keep, strategy, str(tmp_path), min_gain]))
+def _runs(tmp_path, model: str, keep: str, strategy: str, min_gain: str = "0.03", max_cost: str = "0.9") -> list[dict]:
+    docs = results(run_workers("tune.py", [model, keep, strategy, str(tmp_path), min_gain, max_cost]))
     for doc in docs:
         for run in doc["runs"]:
             assert run["bit_identical"], (model, keep, run)
@@ -48,6 +48,16 @@ def test_a_plan_predicted_no_faster_is_not_tried(tmp_path):
     for first, _ in _runs(tmp_path, "net", "measured", "optimal", "0.9"):
         assert first["decision"] == "stock" and first["steps_by_variant"]["plan"] == 0
         assert first["trial_pairs"] == 0
+
+
+def test_a_trial_that_costs_its_budget_keeps_stock_ddp(tmp_path):
+    # a budget of nothing: the probes and the plan's first block already cost more, so the trial
+    # ends at its first check, after one pair, with stock DDP's buckets, and says why
+    for first, again in _runs(tmp_path, "tied", "measured", "wfbp", "0", "0"):
+        assert first["decision"] == "stock" and first["trial_pairs"] == 1
+        assert first["steps_by_variant"]["plan"] == 2  # the untimed first block and one timed (block=1)
+        assert "more than its budget" in first["reason"] and first["cost_s"] > first["cost_budget_s"] == 0.0
+        assert again["decision"] == "stock"
 
 
 def test_the_measured_verdict_keeps_the_gradients(tmp_path):

@@ -16,8 +16,8 @@ and runs a handful of small all-reduces on the job's process group. From those n
   M bytes needs T(M) = alpha + beta M seconds alone (MG-WFBP Eq. 2, docs/design.md "cost models")
   and progresses at 1 / (1 + m) of that rate while backward compute runs (``comm_slowdown`` of
   :mod:`commsched.sim.semantics`), so a bucket's service time is T(M) + overlap x m / (1 + m).
-  alpha and beta are fitted by least squares for each m on a grid and the m with the smallest
-  residuals is kept; where no positive line fits, the points' per-size medians as a non-decreasing
+  alpha and beta are fitted for each m on a grid (least absolute relative errors) and the m with
+  the smallest errors is kept; where no positive line fits, the points' per-size medians as a non-decreasing
   ``table``, with m = 0.
 
 The backward pass was measured with the job's own buckets in flight, so the profile carries their
@@ -166,33 +166,66 @@ def service_times(records: Sequence[Record]) -> list[Busy]:
 
 
 SLOWDOWN_GRID = tuple(k / 20 for k in range(0, 61))  # m from 0 to 3 in steps of 0.05
+_IRLS_ITERATIONS = 30
+_IRLS_FLOOR = 1e-4  # relative residuals below this count as this (keeps the weights finite)
+
+
+def _l1_relative_line(a: np.ndarray, y: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, float]:
+    """(x, sum |a x - y| / t): least absolute *relative* deviations by iteratively reweighted least
+    squares. Relative, because the points span 4 KiB probes (a fraction of a millisecond) and 25 MB
+    buckets (tens of ms): absolute squares let the big buckets' noise set the per-call cost. Absolute
+    deviations, because small all-reduces are bimodal on some links (most take a fraction of a ms,
+    some wait for a wake-up of several: docs/limitations.md), and squares let those few set it."""
+    w = 1.0 / t**2
+    x = np.zeros(a.shape[1])
+    for _ in range(_IRLS_ITERATIONS):
+        sw = np.sqrt(w)
+        x, *_ = np.linalg.lstsq(a * sw[:, None], y * sw, rcond=None)
+        rel = np.maximum(np.abs(a @ x - y) / t, _IRLS_FLOOR)
+        w = 1.0 / (t**2 * rel)
+    return x, float(np.sum(np.abs(a @ x - y) / t))
+
+
+LINE_MIN_BYTES = 1 << 20  # the slowdown under compute is fitted where all-reduces move data (below)
 
 
 def fit_cost(samples: Sequence[Busy]) -> tuple[CostModel, str, float, float]:
-    """(the cost alone, its kind, its largest relative error in busy time, m): module docstring.
-    A stretch of n calls and M bytes in all takes n alpha + beta M + under_compute x m / (1 + m)."""
+    """(the cost of one all-reduce alone, its kind, its largest relative error in busy time, m):
+    module docstring.
+
+    Two steps, because one line does not fit both ends of the sizes a job meets: on this project's
+    emulated links small all-reduces back to back take a wake-up of a few ms each whatever their
+    size (16 KiB and 256 KiB alike), while from about 1 MiB on the time is the bytes over the
+    bandwidth (BENCHMARKS.md section 11; ``validate``'s cost table for the same reason,
+    :mod:`commsched.calibrate.cost_table`). First m: for each m of the grid a line n alpha + beta M
+    + under_compute x m / (1 + m) is fitted to the stretches of at least ``LINE_MIN_BYTES`` per call
+    (all of them if those have fewer than two sizes) by least absolute relative errors
+    (:func:`_l1_relative_line`), and the m whose line has the smallest sum is kept. Then the cost:
+    every stretch's time alone (less its m / (1 + m) share of compute) per call, at its bytes per
+    call, as a non-decreasing ``table`` of per-size medians, as ``validate`` makes its table. Where
+    no line with positive alpha and beta fits, m = 0."""
     sizes = sorted({b.bytes for b in samples})
     if len(sizes) < 2:
         raise CommschedError(
             f"the all-reduce cost needs at least two message sizes, got {len(sizes)} ({sizes}): too few buckets and probes"
         )
-    a = np.array([[float(b.calls), float(b.bytes)] for b in samples])
-    t = np.array([b.seconds for b in samples])
-    ov = np.array([b.under_compute_s for b in samples])
-    best = None
+    large = [b for b in samples if b.bytes / b.calls >= LINE_MIN_BYTES]
+    fit_on = large if len({round(b.bytes / b.calls) for b in large}) >= 2 else list(samples)
+    a = np.array([[float(b.calls), float(b.bytes)] for b in fit_on])
+    t = np.array([b.seconds for b in fit_on])
+    ov = np.array([b.under_compute_s for b in fit_on])
+    best: tuple[float, float] | None = None  # (loss, m)
     for m in SLOWDOWN_GRID:
-        y = t - ov * m / (1 + m)
-        (alpha, beta), *_ = np.linalg.lstsq(a, y, rcond=None)
+        (alpha, beta), loss = _l1_relative_line(a, t - ov * m / (1 + m), t)
         if alpha <= 0 or beta <= 0 or alpha > MAX_SECONDS:
             continue
-        pred = a @ np.array([alpha, beta]) + ov * m / (1 + m)
-        sse = float(np.sum((pred - t) ** 2))
-        if best is None or sse < best[0]:
-            best = (sse, AlphaBeta(float(alpha), float(beta)), float(np.max(np.abs(pred / t - 1))), m)
-    if best is not None:
-        return best[1], "alpha-beta", best[2], best[3]
-    table, err = _table([(b.bytes / b.calls, b.seconds / b.calls) for b in samples])
-    return table, "table", err, 0.0
+        if best is None or loss < best[0] - 1e-12:
+            best = (loss, m)
+    m = best[1] if best is not None else 0.0
+    table, _ = _table([(b.bytes / b.calls, max(b.seconds - b.under_compute_s * m / (1 + m), 1e-9) / b.calls) for b in samples])
+    pred = np.array([b.calls * table.time_s(max(1, round(b.bytes / b.calls))) + b.under_compute_s * m / (1 + m) for b in samples])
+    err = float(np.max(np.abs(pred / np.array([b.seconds for b in samples]) - 1)))
+    return table, "table", err, m
 
 
 def _table(points: Sequence[tuple[float, float]]) -> tuple[Table, float]:
@@ -210,14 +243,14 @@ def fit_in_job(
     records: Sequence[Record],
     periods_s: Sequence[float],
     sizes: dict[str, int],
-    probe_points: Sequence[tuple[int, float]] = (),
+    probes: Sequence[Busy] = (),
     model: str = "model",
     batch_size: int = 1,
 ) -> InJobModel:
     """The profile (:func:`profile_of_steps`), cost and slowdown under compute (:func:`fit_cost`
-    over the buckets' service times and ``probe_points``, measured alone) of a job's recorded steps."""
+    over the buckets' service times and the ``probes``, measured without compute) of a job's recorded steps."""
     profile, unused = profile_of_steps(records, periods_s, sizes, model, batch_size)
-    samples = tuple(service_times(records)) + tuple(Busy(1, int(b), float(t)) for b, t in probe_points)
+    samples = tuple(service_times(records)) + tuple(probes)
     cost, kind, err, m = fit_cost(samples)
     return InJobModel(profile, cost, kind, samples, err, unused, m)
 

@@ -50,6 +50,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from commsched.calibrate.cost_table import PROBE_SIZES as VALIDATE_PROBE_SIZES
+from commsched.calibrate.cost_table import chain_length
 from commsched.calibrate.in_job import InJobModel, fit_in_job, semantics_for
 from commsched.calibrate.trial import TrialRule, pair_ratios, speedup_interval, verdict_of
 from commsched.errors import CommschedError
@@ -57,7 +59,10 @@ from commsched.runtime.collectives import broadcast_bytes, comm_device, gather_t
 from commsched.runtime.ddp_plan import ddp_options, trainable_parameters, with_unused_parameters
 
 SCHEMA = "commsched.tune/v1"
-PROBE_SIZES = (4 << 10, 64 << 10, 1 << 20)  # small all-reduces: the per-call cost DDP's big buckets hide
+# validate's chain sizes up to 1 MiB (the per-call cost DDP's big buckets hide; the buckets measure
+# the rest), each a chain of chain_length(size) calls as validate times them
+PROBE_SIZES = tuple(s for s in VALIDATE_PROBE_SIZES if s <= 1 << 20)
+PROBE_REPEATS = 2
 _DECISIONS = ("plan", "stock")
 
 
@@ -71,12 +76,15 @@ class TuneConfig:
     known; a job shorter than ``min_job_steps`` is not tuned (stock DDP throughout). ``cache_dir``:
     the memory of decisions (default ``$COMMSCHED_TUNE_DIR``, else ``~/.cache/commsched/tune``; ``""``
     for none). ``cluster``: names the cluster in the memory's key (default: the ranks' host names).
-    ``out_dir``: where the decision's files go (default: its entry in the memory)."""
+    ``out_dir``: where the decision's files go (default: its entry in the memory). ``max_cost``: what
+    tuning may cost before it has measured a gain, as a fraction of ``min_job_steps`` steps of stock
+    DDP (:meth:`Tuner.cost_s`); a trial that reaches it keeps stock DDP's buckets."""
 
     strategy: str = "optimal"
     warmup_steps: int = 3
     calibration_steps: int = 8
     min_gain: float = 0.03
+    max_cost: float = 0.0075
     rule: TrialRule = field(default_factory=TrialRule)
     keep: Literal["measured", "plan", "stock"] = "measured"
     total_steps: int | None = None
@@ -96,8 +104,10 @@ class TuneConfig:
                 raise CommschedError(f"TuneConfig.{k} must be a whole number >= {lo}, got {v!r}")
         if self.total_steps is not None and (isinstance(self.total_steps, bool) or not isinstance(self.total_steps, int) or self.total_steps < 1):
             raise CommschedError(f"TuneConfig.total_steps must be a positive whole number or None, got {self.total_steps!r}")
-        if not isinstance(self.min_gain, (int, float)) or not 0.0 <= self.min_gain < 1.0:
-            raise CommschedError(f"TuneConfig.min_gain must be a fraction in [0, 1), got {self.min_gain!r}")
+        for k in ("min_gain", "max_cost"):
+            v = getattr(self, k)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v < 1.0:
+                raise CommschedError(f"TuneConfig.{k} must be a fraction in [0, 1), got {v!r}")
         if self.keep not in ("measured", "plan", "stock"):
             raise CommschedError(f"TuneConfig.keep must be 'measured', 'plan' or 'stock', got {self.keep!r}")
         if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) or not 0 < self.timeout_s < 1e6:
@@ -194,6 +204,8 @@ class Tuner:
         self.decision: str | None = None
         self.reason = ""
         self.own_s = 0.0  # host seconds in the tuner's own work (fits, plans, probes, broadcasts)
+        self.own_by_step: list[float] = []  # of it, per counted step (the part inside route)
+        self._route_t0: float | None = None  # when the route in progress began
         self.decided_at: int | None = None
         self.entry: Path | None = None
         self.key = ""
@@ -209,12 +221,14 @@ class Tuner:
         if not counted or self.phase == "done":
             return self.active
         self.clock.stamp()
-        t = time.perf_counter()
+        t = self._route_t0 = time.perf_counter()
         try:
             variant = self._advance()
             self._switch(variant)
         finally:
+            self._route_t0 = None
             self.own_s += time.perf_counter() - t
+            self.own_by_step.append(time.perf_counter() - t)
         self.variant_of.append(variant)
         self.step += 1
         return self.active
@@ -300,26 +314,37 @@ class Tuner:
         self.trial_start = self.step + cfg.rule.block  # one block of the plan first, not timed: DDP's rebuild
         return "plan"
 
-    def _probe(self, timeout_s: float) -> list[tuple[int, float]]:
-        """A few small all-reduces on the job's group, three of each size after one untimed: the
-        per-call cost that DDP's large buckets hide. Each waits at most ``timeout_s``."""
+    def _probe(self, timeout_s: float) -> list:
+        """Small all-reduces on the job's group, timed as ``validate`` times its cost table and as
+        DDP runs its buckets: chains of ``chain_length(size)`` calls launched back to back and waited
+        for together (:mod:`commsched.calibrate.cost_table`), ``PROBE_REPEATS`` chains of each size
+        after one untimed call (which also lines the ranks up). One all-reduce timed alone would
+        measure the idle link's wake-up too, which DDP's queue of buckets partly hides. Each chain
+        waits at most ``timeout_s`` (``validate``'s chains wait as long as the group's timeout)."""
+        from commsched.calibrate.in_job import Busy
+
         points = []
         for size in PROBE_SIZES:
-            x = torch.zeros(size // 4, dtype=torch.float32, device=self.device)
-            for k in range(4):
-                t = time.perf_counter()
-                work = dist.all_reduce(x, group=self.group, async_op=True)
-                wait_until(work, time.monotonic() + timeout_s, "tuning's all-reduce probes", self.rank, "a peer rank has probably died")
+            xs = [torch.zeros(size // 4, dtype=torch.float32, device=self.device) for _ in range(chain_length(size))]
+            for k in range(PROBE_REPEATS + 1):
+                chain = xs if k else xs[:1]
                 if self.cuda:
                     torch.cuda.synchronize()
-                if k:  # the first call sets up what the size needs
-                    points.append((size, time.perf_counter() - t))
+                t = time.perf_counter()
+                works = [dist.all_reduce(x, group=self.group, async_op=True) for x in chain]
+                deadline = time.monotonic() + timeout_s
+                for work in works:
+                    wait_until(work, deadline, "tuning's all-reduce probes", self.rank, "a peer rank has probably died")
+                if self.cuda:
+                    torch.cuda.synchronize()
+                if k:
+                    points.append(Busy(len(chain), len(chain) * size, time.perf_counter() - t))
         return points
 
     def _plan_doc(self, records, periods, probes) -> dict:
         """Rank 0: fit, plan, predict stock DDP's defaults, and whether to try the plan."""
         from commsched.cost.cluster import ClusterSpec
-        from commsched.formats.io import plan_to_json
+        from commsched.formats.io import plan_to_json, profile_to_json
         from commsched.planners import planner_for
         from commsched.planners.compare import compare
 
@@ -331,7 +356,7 @@ class Tuner:
         sem = semantics_for(self.backend, model.comm_slowdown)
         cluster = ClusterSpec(
             name=f"in-job-{self.world}x-{self.backend}", workers=self.world, allreduce=model.cost,
-            source=f"fitted by commsched tune to {len(records)} of the job's own stock DDP steps and {len(probes)} small all-reduces",
+            source=f"fitted by commsched tune to {len(records)} of the job's own stock DDP steps and {sum(p.calls for p in probes)} small all-reduces",
         )
         # the plan, stock DDP's default buckets and the recommendation, all scored under the in-job model
         cmp = self.comparison = compare(profile, cluster, [planner_for(self.cfg.strategy, sem)], sem, self.cfg.min_gain)
@@ -348,7 +373,10 @@ class Tuner:
             reason = cmp.recommended.reason
         return {
             "plan": plan_to_json(plan), "stock": plan_to_json(stock), "try": try_it, "reason": reason,
-            "predicted": {"plan_s": chosen.timeline.iteration_s, "stock_s": cmp.stock.timeline.iteration_s, "model": model.to_json()},
+            "predicted": {
+                "plan_s": chosen.timeline.iteration_s, "stock_s": cmp.stock.timeline.iteration_s,
+                "plan_bucket_bytes": [b.bytes for b in plan.buckets], "model": model.to_json(), "profile": profile_to_json(profile),
+            },
         }
 
     def _new_ddp(self, plan) -> nn.parallel.DistributedDataParallel:
@@ -396,16 +424,23 @@ class Tuner:
         return stock, plan
 
     def _decide_after_pair(self) -> bool:
+        """Rank 0's verdict after each pair, broadcast: the trial's rule, or stock DDP's buckets once
+        tuning has cost more than ``max_cost`` (:meth:`budget_s`) without a verdict for the plan.
+        The first check comes after the first pair, not before: a good plan must get a pair to
+        start paying back the probes and its first block."""
         payload = None
         if self.rank == 0:
             stock, plan = self._blocks()
             self.ratios = pair_ratios(stock, plan)
             med, lo, hi = speedup_interval(self.ratios, self.cfg.rule.resamples, self.cfg.rule.seed)
-            v = verdict_of(len(self.ratios), lo, hi, self.cfg.rule)
-            doc: dict = {"verdict": v}
-            if v is not None:
-                doc["measured_speedup"] = {"median": med, "ci95": [lo, hi], "pairs": len(self.ratios)}
-                doc["why"] = f"measured {med:.3f}x [{lo:.3f}, {hi:.3f}] over stock DDP's defaults in {len(self.ratios)} pairs of {self.cfg.rule.block} steps"
+            doc: dict = {"verdict": verdict_of(len(self.ratios), lo, hi, self.cfg.rule)}
+            doc["measured_speedup"] = {"median": med, "ci95": [lo, hi], "pairs": len(self.ratios)}
+            doc["why"] = f"measured {med:.3f}x [{lo:.3f}, {hi:.3f}] over stock DDP's defaults in {len(self.ratios)} pairs of {self.cfg.rule.block} steps"
+            cost, budget = self.cost_s(), self.budget_s()
+            if doc["verdict"] != "plan" and cost > budget:
+                doc["verdict"] = "stock"
+                doc["why"] = (f"tuning cost {cost:.2f} s, more than its budget of {budget:.2f} s ({self.cfg.max_cost:.2%} of "
+                              f"{self.cfg.min_job_steps} steps), before the plan measured faster ({doc['why']})")
             payload = json.dumps(doc).encode()
         doc = json.loads(broadcast_bytes(payload, self.group, self.device, self.rank, self.cfg.timeout_s, "tuning's verdict"))
         v = doc["verdict"]
@@ -416,12 +451,49 @@ class Tuner:
         self._finish(keep, doc["why"] + ("" if keep == v else f"; keeping {keep} as asked (keep={self.cfg.keep!r})"))
         return True
 
+    # --- what tuning costs -----------------------------------------------------------------------
+
+    def _reference_s(self) -> float | None:
+        """Stock DDP's median step from the calibration on (the steps tuning is measured against)."""
+        c0 = self.cfg.warmup_steps
+        stock = [self.clock.period(k) for k in range(c0, len(self.clock.stamps) - 1) if self.variant_of[k] == "stock"]
+        return statistics.median(stock) if stock else None
+
+    def cost_s(self) -> float:
+        """Seconds tuning has cost so far against stock DDP's defaults throughout: the steps run with
+        the plan, each less stock DDP's median step (``_reference_s``; the plan's first step carries
+        the probes and the planning), and the tuner's own work inside stock DDP's steps (the
+        recorder's hooks, switches, broadcasts, the route in progress). Stock steps themselves cost
+        nothing: they are what the job would have run."""
+        ref = self._reference_s()
+        if ref is None:
+            return self.own_s
+        c0 = self.cfg.warmup_steps
+        last = len(self.clock.stamps) - 1  # periods known: up to the last stamp
+        cost = getattr(self, "recorder_own_s", 0.0)
+        for k in range(c0, len(self.variant_of)):
+            if self.variant_of[k] == "plan":
+                cost += (self.clock.period(k) - ref) if k < last else self.own_by_step[k]
+            else:
+                cost += self.own_by_step[k]
+        if self._route_t0 is not None:
+            cost += time.perf_counter() - self._route_t0
+        return cost
+
+    def budget_s(self) -> float:
+        """``max_cost`` of ``min_job_steps`` stock DDP steps."""
+        ref = self._reference_s() or 0.0
+        return self.cfg.max_cost * self.cfg.min_job_steps * ref
+
     # --- the decision ----------------------------------------------------------------------------
 
     def _finish(self, decision: str, reason: str, *, from_memory: bool = False) -> None:
         self.decision, self.reason = decision, reason
         self.phase = "done"
         self.decided_at = self.step
+        if not from_memory and len(self.clock.stamps) > self.cfg.warmup_steps + 1:
+            self.summary["cost_s"] = self.cost_s()
+            self.summary["cost_budget_s"] = self.budget_s()
         if self.recorder is not None:
             self.recorder.remove()
             self.recorder = None
@@ -458,9 +530,6 @@ class Tuner:
             flat_s = [t for b in stock for t in b]
             flat_p = [t for b in plan for t in b]
             doc["trial"] = {"stock_steps_s": flat_s, "plan_steps_s": flat_p}
-            settle = [self.clock.period(k) for k in range(self.trial_start - self.cfg.rule.block, self.trial_start)]
-            # what the trial cost against running stock DDP throughout: the plan's steps over stock's median
-            doc["trial_cost_s"] = sum(flat_p) + sum(settle) - (len(flat_p) + len(settle)) * statistics.median(flat_s)
         return doc
 
     # --- the memory ------------------------------------------------------------------------------

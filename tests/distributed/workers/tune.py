@@ -19,6 +19,9 @@ from commsched.runtime.lifecycle import end_process_group
 
 MODEL, KEEP, STRATEGY, CACHE = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 MIN_GAIN = float(sys.argv[5]) if len(sys.argv) > 5 else 0.03
+# the tests' models take about a millisecond a step: a budget of 0.5% of 200 of them would end every
+# trial at once, so the paths that must run a trial give it 90%
+MAX_COST = float(sys.argv[6]) if len(sys.argv) > 6 else 0.9
 CUDA = os.environ.get("TUNE_CUDA") == "1"
 DEVICE = "cuda" if CUDA else "cpu"
 STEPS = 26
@@ -107,7 +110,7 @@ def main() -> None:
     train(DDP(ref, find_unused_parameters=unused), ref, rank)
 
     cfg = TuneConfig(
-        strategy=STRATEGY, keep=KEEP, warmup_steps=2, calibration_steps=3, min_gain=MIN_GAIN, cache_dir=CACHE, timeout_s=20,
+        strategy=STRATEGY, keep=KEEP, warmup_steps=2, calibration_steps=3, min_gain=MIN_GAIN, max_cost=MAX_COST, cache_dir=CACHE, timeout_s=20,
         rule=TrialRule(block=1, min_pairs_reject=2, min_pairs_keep=2, max_pairs=4), log=True,
         total_steps=int(os.environ["TUNE_TOTAL_STEPS"]) if os.environ.get("TUNE_TOTAL_STEPS") else None,
     )
@@ -126,6 +129,8 @@ def main() -> None:
             "steps_to_decide": rep["steps_to_decide"],
             "steps_by_variant": rep["steps_by_variant"],
             "trial_pairs": rep["trial_pairs"],
+            "cost_s": rep.get("cost_s"),
+            "cost_budget_s": rep.get("cost_budget_s"),
         })
         del dp
     common.emit(out)
