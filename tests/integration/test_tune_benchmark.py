@@ -18,10 +18,10 @@ def test_the_stored_results_make_the_table_in_benchmarks_md():
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "| tied_lm | 146.4 | 136.3 (1.074x) | 1, 130.6 (1.120x) | 134.0 (1.092x) | plan, 53 (23) | 120 |" in r.stdout
-    assert "| resnet18 | 144.9 | 135.2 (1.072x) | 1, 131.3 (1.104x) | 136.5 (1.062x) | plan, 37 (15) | 120 |" in r.stdout
+    assert "| tied_lm | 146.8 | 129.1 (1.137x) | 5, 128.1 (1.146x) | 130.9 (1.122x) | plan, 41 (17), cost -0.07 s | 120 |" in r.stdout
+    assert "| resnet18 | 140.9 | 144.3 (0.976x) | 1, 132.1 (1.067x) | 136.7 (1.031x) | stock, 21 (6), cost 0.49 s | 120 |" in r.stdout
     bench = (ROOT / "BENCHMARKS.md").read_text()
-    assert "135.2 (**1.072x**)" in bench and "136.3 (**1.074x**)" in bench
+    assert "129.1 (**1.137x**)" in bench and "| 140.9 | 144.3 (0.976x) |" in bench
 
 
 @pytest.mark.parametrize("name", ["tied_lm", "mixed_mlp", "gated_experts"])

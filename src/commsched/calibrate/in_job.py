@@ -12,13 +12,13 @@ and runs a handful of small all-reduces on the job's process group. From those n
 - the all-reduce cost and how much slower an all-reduce goes while backward compute runs
   (:func:`fit_cost`): each bucket's service time in DDP's FIFO (from its launch, or from the end of
   the bucket before it if that was later, to its end) and how much of it overlapped the backward
-  pass, pooled with the small probes (no overlap). The model is the simulator's: an all-reduce of
-  M bytes needs T(M) = alpha + beta M seconds alone (MG-WFBP Eq. 2, docs/design.md "cost models")
-  and progresses at 1 / (1 + m) of that rate while backward compute runs (``comm_slowdown`` of
-  :mod:`commsched.sim.semantics`), so a bucket's service time is T(M) + overlap x m / (1 + m).
-  alpha and beta are fitted for each m on a grid (least absolute relative errors) and the m with
-  the smallest errors is kept; where no positive line fits, the points' per-size medians as a non-decreasing
-  ``table``, with m = 0.
+  pass, pooled with the probes (chains of small all-reduces, no overlap). An all-reduce of M bytes
+  needs T(M) seconds alone and progresses at 1 / (1 + m) of that rate while backward compute runs
+  (``comm_slowdown`` of :mod:`commsched.sim.semantics`), so a bucket's service time is
+  T(M) + overlap x m / (1 + m). m comes from a line T(M) = alpha + beta M (MG-WFBP Eq. 2,
+  docs/design.md "cost models") fitted where all-reduces move data; T itself is a non-decreasing
+  ``table`` of per-call medians, as ``validate`` makes its cost (docs/design.md, "Tuning inside the
+  job", says why not the line).
 
 The backward pass was measured with the job's own buckets in flight, so the profile carries their
 contention; the semantics is a FIFO of one all-reduce at a time (:func:`semantics_for`), the
