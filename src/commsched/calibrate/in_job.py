@@ -39,7 +39,7 @@ import numpy as np
 
 from commsched.calibrate.profile_steps import ProfileSteps
 from commsched.cost.fit import nondecreasing_points
-from commsched.cost.models import AlphaBeta, CostModel, Table
+from commsched.cost.models import CostModel, Table
 from commsched.errors import CommschedError
 from commsched.sim.semantics import Semantics
 from commsched.types import MAX_SECONDS, ModelProfile, TensorSpec
@@ -172,8 +172,8 @@ _IRLS_FLOOR = 1e-4  # relative residuals below this count as this (keeps the wei
 
 def _l1_relative_line(a: np.ndarray, y: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, float]:
     """(x, sum |a x - y| / t): least absolute *relative* deviations by iteratively reweighted least
-    squares. Relative, because the points span 4 KiB probes (a fraction of a millisecond) and 25 MB
-    buckets (tens of ms): absolute squares let the big buckets' noise set the per-call cost. Absolute
+    squares. Relative, because the points span 1 MiB probes (a few milliseconds) and 25 MB buckets
+    (tens of ms): absolute squares let the big buckets' noise set the per-call cost. Absolute
     deviations, because small all-reduces are bimodal on some links (most take a fraction of a ms,
     some wait for a wake-up of several: docs/limitations.md), and squares let those few set it."""
     w = 1.0 / t**2

@@ -52,7 +52,7 @@ from torch import nn
 
 from commsched.calibrate.cost_table import PROBE_SIZES as VALIDATE_PROBE_SIZES
 from commsched.calibrate.cost_table import chain_length
-from commsched.calibrate.in_job import InJobModel, fit_in_job, semantics_for
+from commsched.calibrate.in_job import Busy, InJobModel, fit_in_job, semantics_for
 from commsched.calibrate.trial import TrialRule, pair_ratios, speedup_interval, verdict_of
 from commsched.errors import CommschedError
 from commsched.runtime.collectives import broadcast_bytes, comm_device, gather_text, wait_until
@@ -314,15 +314,13 @@ class Tuner:
         self.trial_start = self.step + cfg.rule.block  # one block of the plan first, not timed: DDP's rebuild
         return "plan"
 
-    def _probe(self, timeout_s: float) -> list:
+    def _probe(self, timeout_s: float) -> list[Busy]:
         """Small all-reduces on the job's group, timed as ``validate`` times its cost table and as
         DDP runs its buckets: chains of ``chain_length(size)`` calls launched back to back and waited
         for together (:mod:`commsched.calibrate.cost_table`), ``PROBE_REPEATS`` chains of each size
         after one untimed call (which also lines the ranks up). One all-reduce timed alone would
         measure the idle link's wake-up too, which DDP's queue of buckets partly hides. Each chain
         waits at most ``timeout_s`` (``validate``'s chains wait as long as the group's timeout)."""
-        from commsched.calibrate.in_job import Busy
-
         points = []
         for size in PROBE_SIZES:
             xs = [torch.zeros(size // 4, dtype=torch.float32, device=self.device) for _ in range(chain_length(size))]
