@@ -99,3 +99,23 @@ def test_a_job_too_short_to_tune_is_stock_ddp_and_remembers_nothing(tmp_path, mo
         assert first["steps_by_variant"] == {"stock": 1, "plan": 0}
         assert again["from_memory"] is None and again["decision"] == "stock"
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("model", ["tied", "unused"])
+def test_a_first_plan_that_loses_hands_over_to_a_second_and_the_gradients_stay_stock_ddps(tmp_path, monkeypatch, model):
+    """TUNE_SLOW_FIRST: the first plan (wfbp) runs 30 ms slower a step and loses inside the budget;
+    a cap's plan is tried next, on every rank, and whichever is kept the parameters are stock DDP's
+    (unused: each switch builds the DDP afresh)."""
+    monkeypatch.setenv("TUNE_SLOW_FIRST", "1")
+    by_rank = _runs(tmp_path, model, "measured", "wfbp", "0")
+    for first, again in by_rank:
+        assert first["decision"] in ("plan", "stock") and first["kept"] != "wfbp"
+        assert first["trial_pairs"] >= 2 + 2  # the first plan's two pairs to reject it, then the second's
+        assert again["from_memory"] and again["decision"] == first["decision"] and again["kept"] == first["kept"]
+    assert by_rank[0][0]["trials"][0] == "wfbp" and by_rank[0][0]["trials"][1].startswith("bucket_cap_mb=")
+    assert by_rank[0][0]["kept"] == by_rank[1][0]["kept"]
+    entry = next(p for p in tmp_path.iterdir() if p.is_dir())
+    decision = json.loads((entry / "decision.json").read_text())
+    assert [t["plan"] for t in decision["trials"]] == by_rank[0][0]["trials"]
+    assert decision["trials"][0]["measured_speedup"]["ci95"][1] < 1.0
+    assert "bucket_cap_mb=" in (entry / "report.html").read_text()

@@ -20,6 +20,7 @@ from commsched.planners import DDP, Optimal
 from commsched.planners.base import Planner, plan_and_timeline
 from commsched.planners.optimal import check_min_gain
 from commsched.planners.resources import default_config_semantics
+from commsched.planners.stock_ddp import MIB, ddp_with_cap
 from commsched.sim.semantics import NCCL, Semantics
 from commsched.types import ModelProfile, Plan, Timeline
 
@@ -162,3 +163,35 @@ def compare(
         plan, timeline = plan_and_timeline(p, profile, cost, semantics, res)
         results[plan.strategy] = result(plan, timeline)
     return Comparison(profile, cluster, results, semantics, min_gain, result(stock_plan, stock_tl))
+
+
+def same_buckets(a: Plan, b: Plan) -> bool:
+    """Whether two plans reduce the same tensors together in the same order (resources aside)."""
+    return [bk.tensors for bk in a.buckets] == [bk.tensors for bk in b.buckets]
+
+
+def plan_label(plan: Plan) -> str:
+    """How a person names the plan: ``bucket_cap_mb=X`` for DDP with one cap for every bucket (as
+    :func:`~commsched.planners.stock_ddp.ddp_with_cap` builds it), else its strategy."""
+    cap, first = plan.params.get("cap_bytes"), plan.params.get("first_bucket_bytes")
+    if plan.strategy == "ddp" and cap is not None and cap == first:
+        return f"bucket_cap_mb={cap / MIB:g}"
+    return plan.strategy
+
+
+def best_cap(
+    profile: ModelProfile, cost, semantics: Semantics, caps_mb: Sequence[float], others: Sequence[Plan], than_s: float
+) -> tuple[Plan | None, float]:
+    """(the plan of DDP's ``bucket_cap_mb`` among ``caps_mb`` predicted fastest under ``semantics``,
+    its predicted iteration), among those whose buckets differ from every plan of ``others`` and
+    that are predicted faster than ``than_s``; ``(None, nan)`` when there is none. The caps a user
+    sweeps by hand, ranked by the model instead of measured one by one (tuning's second plan)."""
+    best: tuple[float, Plan] | None = None
+    for mb in caps_mb:
+        plan, timeline = plan_and_timeline(ddp_with_cap(mb), profile, cost, semantics)
+        t = timeline.iteration_s
+        if t >= than_s or any(same_buckets(plan, o) for o in others):
+            continue
+        if best is None or t < best[0] or (t == best[0] and len(plan.buckets) < len(best[1].buckets)):
+            best = (t, plan)
+    return (best[1], best[0]) if best is not None else (None, float("nan"))

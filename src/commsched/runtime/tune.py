@@ -14,8 +14,13 @@ step, none repeated or dropped) the :class:`Tuner`:
 4. where the plan is predicted at least ``min_gain`` faster, builds a second stock DDP over the same
    module with the plan's bucket caps (:func:`commsched.ddp_options`) and runs the two in
    alternating blocks (:mod:`commsched.calibrate.trial`): the plan is kept only when it measured
-   faster with a 95% interval above 1; otherwise stock DDP's default buckets stay;
-5. from then on routes every forward to the DDP kept and lets the other go.
+   faster with a 95% interval above 1;
+5. where the trial found the plan no faster and its cost is still inside the budget, tries a second
+   plan the same way: the ``bucket_cap_mb`` of ``fallback_caps_mb`` (a user's hand sweep) predicted
+   fastest under the same model, if it is predicted faster than stock DDP's defaults at all and its
+   buckets differ from both (docs/design.md, "Tuning inside the job", says why); otherwise, or if it
+   loses too, stock DDP's default buckets stay;
+6. from then on routes every forward to the DDP kept and lets the other go.
 
 Rank 0 measures and decides; every rank follows its broadcast decision (the broadcasts wait at most
 ``timeout_s``: a rank that died during tuning is an error on the others, naming the phase). The
@@ -36,6 +41,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import socket
 import statistics
@@ -55,6 +61,7 @@ from commsched.calibrate.cost_table import chain_length
 from commsched.calibrate.in_job import Busy, InJobModel, fit_in_job, semantics_for
 from commsched.calibrate.trial import TrialRule, pair_ratios, speedup_interval, verdict_of
 from commsched.errors import CommschedError
+from commsched.planners.compare import best_cap, plan_label
 from commsched.runtime.collectives import broadcast_bytes, comm_device, gather_text, wait_until
 from commsched.runtime.ddp_plan import ddp_options, trainable_parameters, with_unused_parameters
 
@@ -63,6 +70,8 @@ SCHEMA = "commsched.tune/v1"
 # the rest), each a chain of chain_length(size) calls as validate times them
 PROBE_SIZES = tuple(s for s in VALIDATE_PROBE_SIZES if s <= 1 << 20)
 PROBE_REPEATS = 2
+# the second plan's candidates: the bucket_cap_mb values a user sweeps by hand (BENCHMARKS.md section 11)
+FALLBACK_CAPS_MB = (1.0, 5.0, 10.0, 25.0, 50.0, 100.0)
 _DECISIONS = ("plan", "stock")
 
 
@@ -78,7 +87,9 @@ class TuneConfig:
     for none). ``cluster``: names the cluster in the memory's key (default: the ranks' host names).
     ``out_dir``: where the decision's files go (default: its entry in the memory). ``max_cost``: what
     tuning may cost before it has measured a gain, as a fraction of ``min_job_steps`` steps of stock
-    DDP (:meth:`Tuner.cost_s`); a trial that reaches it keeps stock DDP's buckets."""
+    DDP (:meth:`Tuner.cost_s`); a trial that reaches it keeps stock DDP's buckets.
+    ``fallback_caps_mb``: the ``bucket_cap_mb`` values the second plan is chosen from (empty: no
+    second plan)."""
 
     strategy: str = "optimal"
     warmup_steps: int = 3
@@ -95,6 +106,7 @@ class TuneConfig:
     out_dir: str | None = None
     timeout_s: float = 300.0
     log: bool = True
+    fallback_caps_mb: tuple[float, ...] = FALLBACK_CAPS_MB
 
     def __post_init__(self) -> None:
         for k in ("warmup_steps", "calibration_steps", "min_job_steps"):
@@ -112,6 +124,12 @@ class TuneConfig:
             raise CommschedError(f"TuneConfig.keep must be 'measured', 'plan' or 'stock', got {self.keep!r}")
         if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) or not 0 < self.timeout_s < 1e6:
             raise CommschedError(f"TuneConfig.timeout_s must be seconds in (0, 1e6), got {self.timeout_s!r}")
+        caps = self.fallback_caps_mb
+        if not isinstance(caps, (tuple, list)) or not all(
+            isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c) and c > 0 for c in caps
+        ):
+            raise CommschedError(f"TuneConfig.fallback_caps_mb must be a tuple of MiB > 0, got {caps!r}")
+        object.__setattr__(self, "fallback_caps_mb", tuple(float(c) for c in caps))
         from commsched.planners import planner
 
         planner(self.strategy)  # an unknown strategy is an error now, not after calibration
@@ -196,10 +214,14 @@ class Tuner:
         self.active_variant = "stock"
         self.plan = None
         self.stock_plan = None
+        self.second_plan = None  # tried when the first loses (module docstring, 5)
+        self.trials: list[dict] = []  # the trials that ended with another plan to try after them
+        self.tried_plans: list = []  # their plans
         self.model: InJobModel | None = None
         self.comparison = None
         self.trial_start = 0  # first counted step of the trial's pairs
         self.pairs = 0
+        self.pairs_before = 0  # the pairs of the trials before this one
         self.ratios: list[float] = []
         self.decision: str | None = None
         self.reason = ""
@@ -304,6 +326,8 @@ class Tuner:
 
         self.plan = plan_from_json(doc["plan"], where="tuning's plan")
         self.stock_plan = plan_from_json(doc["stock"], where="tuning's stock plan")
+        if doc.get("second") is not None:
+            self.second_plan = plan_from_json(doc["second"], where="tuning's second plan")
         self.summary["predicted"] = doc["predicted"]
         if not doc["try"]:
             self._finish("stock", doc["reason"])
@@ -369,12 +393,18 @@ class Tuner:
             reason = f"{plan.strategy} ({len(plan.buckets)} buckets) predicted {chosen.speedup_vs_ddp - 1:+.1%}: trying it"
         else:
             reason = cmp.recommended.reason
+        predicted = {
+            "plan_s": chosen.timeline.iteration_s, "stock_s": cmp.stock.timeline.iteration_s,
+            "plan_bucket_bytes": [b.bytes for b in plan.buckets], "model": model.to_json(), "profile": profile_to_json(profile),
+        }
+        second = None
+        if try_it and self.cfg.keep == "measured":
+            second, second_s = best_cap(profile, model.cost, sem, self.cfg.fallback_caps_mb, (plan, stock), cmp.stock.timeline.iteration_s)
+            if second is not None:
+                predicted["second"] = {"label": plan_label(second), "plan_s": second_s, "bucket_bytes": [b.bytes for b in second.buckets]}
         return {
-            "plan": plan_to_json(plan), "stock": plan_to_json(stock), "try": try_it, "reason": reason,
-            "predicted": {
-                "plan_s": chosen.timeline.iteration_s, "stock_s": cmp.stock.timeline.iteration_s,
-                "plan_bucket_bytes": [b.bytes for b in plan.buckets], "model": model.to_json(), "profile": profile_to_json(profile),
-            },
+            "plan": plan_to_json(plan), "stock": plan_to_json(stock), "try": try_it, "reason": reason, "predicted": predicted,
+            "second": plan_to_json(second) if second is not None else None,
         }
 
     def _new_ddp(self, plan) -> nn.parallel.DistributedDataParallel:
@@ -407,6 +437,8 @@ class Tuner:
             done = self._decide_after_pair()
             if done:
                 return "plan" if self.decision == "plan" else "stock"
+            if k < self.trial_start:  # a second plan's first block begins
+                return "plan"
         first, second = ("stock", "plan") if pair % 2 == 0 else ("plan", "stock")
         return first if within < rule.block else second
 
@@ -439,15 +471,45 @@ class Tuner:
                 doc["verdict"] = "stock"
                 doc["why"] = (f"tuning cost {cost:.2f} s, more than its budget of {budget:.2f} s ({self.cfg.max_cost:.2%} of "
                               f"{self.cfg.min_job_steps} steps), before the plan measured faster ({doc['why']})")
+            elif doc["verdict"] == "stock" and self.second_plan is not None:
+                doc["verdict"], doc["next"] = None, True  # the first plan lost inside the budget: the second's turn
             payload = json.dumps(doc).encode()
         doc = json.loads(broadcast_bytes(payload, self.group, self.device, self.rank, self.cfg.timeout_s, "tuning's verdict"))
         v = doc["verdict"]
+        if doc.get("next"):
+            self._start_second_trial(doc)
+            return False
         if v is None:
             return False
         self.summary["measured_speedup"] = doc["measured_speedup"]
         keep = v if self.cfg.keep == "measured" else self.cfg.keep
-        self._finish(keep, doc["why"] + ("" if keep == v else f"; keeping {keep} as asked (keep={self.cfg.keep!r})"))
+        why = doc["why"] + ("" if keep == v else f"; keeping {keep} as asked (keep={self.cfg.keep!r})")
+        if self.trials:
+            why = f"{plan_label(self.plan)}: {why}; before it, {self.trials[-1]['plan']}: {self.trials[-1]['why']}"
+        self._finish(keep, why)
         return True
+
+    def _start_second_trial(self, doc: dict) -> None:
+        """The first plan lost: remember its trial, make the second plan the one tried, its first
+        block (not timed) from this step on."""
+        stock, plan = self._blocks()
+        self.trials.append({
+            "plan": plan_label(self.plan), "bucket_bytes": [b.bytes for b in self.plan.buckets],
+            "measured_speedup": doc["measured_speedup"], "why": doc["why"], "pairs": self.pairs,
+            "stock_steps_s": [t for b in stock for t in b], "plan_steps_s": [t for b in plan for t in b],
+        })
+        if self.rank == 0 and self.cfg.log:
+            print(f"commsched tune: {plan_label(self.plan)} lost ({doc['why']}); trying {plan_label(self.second_plan)} "
+                  f"({len(self.second_plan.buckets)} buckets)", file=sys.stderr, flush=True)
+        self.tried_plans.append(self.plan)
+        self.plan, self.second_plan = self.second_plan, None
+        self.plan_ddp = None  # the first plan's buckets go with it
+        if not self.fresh_per_switch:
+            self.plan_ddp = self._new_ddp(self.plan)
+        self.active_variant = "none"  # the step's switch goes to the new plan's DDP whatever ran before
+        self.pairs_before += self.pairs
+        self.pairs = 0
+        self.trial_start = self.step + self.cfg.rule.block
 
     # --- what tuning costs -----------------------------------------------------------------------
 
@@ -502,7 +564,7 @@ class Tuner:
             self._write()
         if self.rank == 0 and self.cfg.log:
             where = f" ({self.entry})" if self.entry is not None else ""
-            kept = f"{self.plan.strategy}'s {len(self.plan.buckets)} buckets" if decision == "plan" and self.plan is not None else "stock DDP's default buckets"
+            kept = f"{plan_label(self.plan)}'s {len(self.plan.buckets)} buckets" if decision == "plan" and self.plan is not None else "stock DDP's default buckets"
             src = "from memory" if from_memory else f"after {self.step} steps"
             print(f"commsched tune: keeping {kept} {src}: {reason}{where}", file=sys.stderr, flush=True)
 
@@ -517,7 +579,7 @@ class Tuner:
             "steps_to_decide": self.decided_at,
             "steps_by_variant": counts,
             "calibration_steps": self.cfg.calibration_steps if self.stock_plan is not None else 0,
-            "trial_pairs": self.pairs,
+            "trial_pairs": self.pairs_before + self.pairs,
             "block_steps": self.cfg.rule.block,
             "tuner_own_s": self.own_s,
             "recorder_own_s": getattr(self, "recorder_own_s", 0.0),
@@ -528,6 +590,12 @@ class Tuner:
             flat_s = [t for b in stock for t in b]
             flat_p = [t for b in plan for t in b]
             doc["trial"] = {"stock_steps_s": flat_s, "plan_steps_s": flat_p}
+            if self.trials:  # every plan tried, in order; "trial" is the last one's
+                doc["trials"] = [*self.trials, {
+                    "plan": plan_label(self.plan), "bucket_bytes": [b.bytes for b in self.plan.buckets],
+                    "measured_speedup": self.summary.get("measured_speedup"), "why": self.reason, "pairs": self.pairs,
+                    **doc["trial"],
+                }]
         return doc
 
     # --- the memory ------------------------------------------------------------------------------
@@ -598,13 +666,15 @@ class Tuner:
         sections = [plan_section(self.comparison)]
         trial = doc.get("trial")
         if trial and trial["stock_steps_s"] and trial["plan_steps_s"]:
-            trial_doc = _trial_as_validate(doc, self.plan, self.stock_plan, self.cfg.rule, self.world, self.backend)
+            trial_doc = _trial_as_validate(doc, [*self.tried_plans, self.plan], self.stock_plan, self.cfg.rule, self.world, self.backend)
             sections.append(validate_section(trial_doc, source="decision.json"))
         write_report(self.entry / "report.html", sections)
 
 
-def _trial_as_validate(doc: dict, plan, stock_plan, rule: TrialRule, world: int, backend: str) -> dict:
-    """The trial in the shape of a ``validate.json`` (what the HTML report's measured section reads)."""
+def _trial_as_validate(doc: dict, plans: list, stock_plan, rule: TrialRule, world: int, backend: str) -> dict:
+    """The trials in the shape of a ``validate.json`` (what the HTML report's measured section reads):
+    a row per plan tried (``plans``, in order; ``doc["trials"]`` has their steps when there were
+    several), stock DDP's row from the steps of every trial."""
 
     def row(p, steps: list[float], speedup: dict) -> dict:
         measured = statistics.median(steps)
@@ -616,12 +686,17 @@ def _trial_as_validate(doc: dict, plan, stock_plan, rule: TrialRule, world: int,
             "no_contention_s": None, "error_before_run": None, "predicted_before_run_s": None,
         }
 
-    sp = doc.get("measured_speedup", {"median": 1.0, "ci95": [1.0, 1.0]})
-    trial = doc["trial"]
+    unknown = {"median": 1.0, "ci95": [1.0, 1.0]}
+    trials = doc.get("trials") or [{**doc["trial"], "measured_speedup": doc.get("measured_speedup")}]
+    strategies, stock_steps = {}, []
+    for plan, trial in zip(plans, trials):
+        stock_steps += trial["stock_steps_s"]
+        if trial["plan_steps_s"]:
+            strategies[plan_label(plan)] = row(plan, trial["plan_steps_s"], trial.get("measured_speedup") or unknown)
     return {
-        "model": plan.model, "batch_size": 1, "world_size": world, "backend": backend,
-        "rounds": max(1, len(trial["plan_steps_s"]) // rule.block), "steps_per_round": rule.block,
-        "best_measured": plan.strategy if doc["decision"] == "plan" else "stock_ddp",
-        "strategies": {plan.strategy: row(plan, trial["plan_steps_s"], sp)},
-        "stock_ddp": row(stock_plan, trial["stock_steps_s"], {"median": 1.0, "ci95": [1.0, 1.0]}),
+        "model": plans[-1].model, "batch_size": 1, "world_size": world, "backend": backend,
+        "rounds": max(1, len(doc["trial"]["plan_steps_s"]) // rule.block), "steps_per_round": rule.block,
+        "best_measured": plan_label(plans[-1]) if doc["decision"] == "plan" else "stock_ddp",
+        "strategies": strategies,
+        "stock_ddp": row(stock_plan, stock_steps, unknown),
     }

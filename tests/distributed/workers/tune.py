@@ -2,7 +2,12 @@
 through the whole tuning phase and past it; report whether the parameters are stock DDP's bit for bit
 and what tuning decided.
 
-argv: MODEL (tied | unused | mixed | net) KEEP (measured | plan | stock) STRATEGY CACHE_DIR [MIN_GAIN]
+argv: MODEL (tied | unused | mixed | net) KEEP (measured | plan | stock) STRATEGY CACHE_DIR [MIN_GAIN] [MAX_COST]
+
+Environment: TUNE_CUDA=1 (NCCL, a GPU per rank), TUNE_DIE_RANK=R (rank R dies at the probes),
+TUNE_TOTAL_STEPS=N (the job says it runs N steps), TUNE_SLOW_FIRST=1 (the first plan tried runs
+30 ms slower a step, so that it loses, and the second plan is any cap of 4 or 16 KiB whose buckets
+differ from it and from stock DDP's, predicted faster or not: the path through two trials).
 """
 
 from __future__ import annotations
@@ -86,8 +91,35 @@ def train(wrapped: nn.Module, module: nn.Module, rank: int) -> None:
         opt.step()
 
 
+def slow_the_first_plan() -> None:
+    """TUNE_SLOW_FIRST (module docstring): the first plan's DDP sleeps 30 ms in each forward; the
+    second plan is chosen among the caps without the model's say (than_s infinite)."""
+    import math
+    import time
+
+    from commsched.runtime import tune as tune_mod
+
+    real_new, real_best = tune_mod.Tuner._new_ddp, tune_mod.best_cap
+
+    def new_ddp(self, plan):
+        ddp = real_new(self, plan)
+        if plan is not None and not self.tried_plans:
+            forward = ddp.forward
+
+            def slow(*args, **kwargs):
+                time.sleep(0.03)
+                return forward(*args, **kwargs)
+
+            ddp.forward = slow
+        return ddp
+
+    tune_mod.Tuner._new_ddp = new_ddp
+    tune_mod.best_cap = lambda profile, cost, sem, caps, others, than_s: real_best(profile, cost, sem, caps, others, math.inf)
+
+
 def main() -> None:
     from commsched.calibrate.trial import TrialRule
+    from commsched.planners.compare import plan_label
     from commsched.runtime.data_parallel import DataParallel
     from commsched.runtime.tune import TuneConfig
 
@@ -105,6 +137,9 @@ def main() -> None:
         from commsched.runtime.tune import Tuner
 
         Tuner._probe = lambda self, timeout_s: os._exit(3)
+    slow_first = os.environ.get("TUNE_SLOW_FIRST") == "1"
+    if slow_first:
+        slow_the_first_plan()
     unused = MODEL == "unused"
     ref = make()
     train(DDP(ref, find_unused_parameters=unused), ref, rank)
@@ -113,6 +148,8 @@ def main() -> None:
         strategy=STRATEGY, keep=KEEP, warmup_steps=2, calibration_steps=3, min_gain=MIN_GAIN, max_cost=MAX_COST, cache_dir=CACHE, timeout_s=20,
         rule=TrialRule(block=1, min_pairs_reject=2, min_pairs_keep=2, max_pairs=4), log=True,
         total_steps=int(os.environ["TUNE_TOTAL_STEPS"]) if os.environ.get("TUNE_TOTAL_STEPS") else None,
+        # the slow first plan costs 30 ms a step: a budget of 2000 steps leaves room for the second
+        **({"fallback_caps_mb": (4 / 1024, 16 / 1024), "min_job_steps": 2000} if slow_first else {}),
     )
     out = {"rank": rank, "runs": []}
     for _ in range(2):  # the second run is a restart of the same job: from memory
@@ -131,6 +168,8 @@ def main() -> None:
             "trial_pairs": rep["trial_pairs"],
             "cost_s": rep.get("cost_s"),
             "cost_budget_s": rep.get("cost_budget_s"),
+            "trials": [t["plan"] for t in rep.get("trials", [])],
+            "kept": plan_label(dp.tuner.plan) if rep["decision"] == "plan" else "stock",
         })
         del dp
     common.emit(out)

@@ -1,0 +1,170 @@
+"""Tuning's second plan: when the trial finds the first plan no faster and the cost is inside its
+budget, the bucket_cap_mb predicted fastest is tried the same way (and only then); the choice of
+that cap (planners.compare.best_cap)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from commsched.calibrate.trial import TrialRule
+from commsched.cost.models import AlphaBeta
+from commsched.planners.base import make_plan
+from commsched.planners.compare import best_cap, plan_label, same_buckets
+from commsched.planners.stock_ddp import DDP, ddp_with_cap
+from commsched.planners import WFBP
+from commsched.runtime import tune as tune_mod
+from commsched.runtime.tune import Tuner, TuneConfig
+from commsched.sim.semantics import Semantics
+from commsched.types import ModelProfile, TensorSpec
+
+MIB = 1 << 20
+GLOO = Semantics("gloo", 1)
+
+
+def _profile(n: int = 12, mib: float = 2.0, backward_s: float = 0.01) -> ModelProfile:
+    return ModelProfile("m", 1, "cpu", "measured", 0.05, tuple(TensorSpec(f"t{i}", int(mib * MIB), backward_s) for i in range(n)))
+
+
+# --- the choice of the second plan -----------------------------------------------------------------
+
+
+def test_best_cap_is_the_fastest_predicted_cap_that_differs_from_the_others_and_beats_stock():
+    prof = _profile()
+    cost = AlphaBeta(0.001, 1 / 250e6)  # 250 MB/s: the link is the bottleneck, small buckets overlap more
+    stock = make_plan(DDP(), prof, cost, GLOO)
+    stock_s = stock.predicted.iteration_s
+    plan, t = best_cap(prof, cost, GLOO, (1, 5, 10, 25, 50, 100), [stock], stock_s)
+    assert plan is not None and t < stock_s
+    timings = {}
+    for mb in (1, 5, 10, 25, 50, 100):
+        p = make_plan(ddp_with_cap(mb), prof, cost, GLOO)
+        if not same_buckets(p, stock):
+            timings[mb] = p.predicted.iteration_s
+    assert t == pytest.approx(min(timings.values()))
+    assert plan_label(plan) == f"bucket_cap_mb={min(timings, key=timings.get):g}"
+    # excluding that plan gives the next one; a threshold nothing beats gives none
+    nxt, t2 = best_cap(prof, cost, GLOO, (1, 5, 10, 25, 50, 100), [stock, plan], stock_s)
+    assert nxt is None or (t2 >= t and not same_buckets(nxt, plan))
+    none, nan = best_cap(prof, cost, GLOO, (1, 5, 10), [stock], 0.0)
+    assert none is None and math.isnan(nan)
+
+
+def test_plan_label_names_caps_and_strategies():
+    prof = _profile()
+    cost = AlphaBeta(0.001, 1 / 250e6)
+    assert plan_label(make_plan(ddp_with_cap(2.5), prof, cost)) == "bucket_cap_mb=2.5"
+    assert plan_label(make_plan(DDP(), prof, cost)) == "ddp"  # stock's defaults: two caps
+    assert plan_label(make_plan(WFBP(), prof, cost)) == "wfbp"
+
+
+@pytest.mark.parametrize("bad", [(0,), (-1.0,), (math.inf,), ("1",), 5, (True,)])
+def test_fallback_caps_are_checked(bad):
+    from commsched.errors import CommschedError
+
+    with pytest.raises(CommschedError, match="fallback_caps_mb"):
+        TuneConfig(fallback_caps_mb=bad)
+
+
+# --- the trial's state machine -----------------------------------------------------------------------
+
+
+class _Clock:
+    def __init__(self, periods: list[float]) -> None:
+        self.periods = periods
+        self.stamps = [0.0] * (len(periods) + 1)
+
+    def period(self, k: int) -> float:
+        return self.periods[k]
+
+
+def _tuner(monkeypatch, cfg: TuneConfig, first, second, stock) -> Tuner:
+    """A Tuner on rank 0 at the start of its trial (calibration done at step ``start``), no process group."""
+    monkeypatch.setattr(tune_mod, "broadcast_bytes", lambda payload, *a, **k: payload)
+    t = object.__new__(Tuner)
+    t.cfg, t.rank, t.group, t.device, t.world, t.backend = cfg, 0, None, None, 2, "gloo"
+    t.fresh_per_switch = True
+    t._new_ddp = lambda plan: ("ddp", plan_label(plan) if plan is not None else "stock")
+    t.phase, t.decision, t.reason, t.entry, t.recorder, t.comparison, t.key, t.decided_at = "trial", None, "", None, None, None, "k", None
+    t.plan, t.second_plan, t.stock_plan, t.plan_ddp = first, second, stock, None
+    t.trials, t.tried_plans, t.summary, t.ratios = [], [], {}, []
+    t.pairs = t.pairs_before = 0
+    t.own_s, t.recorder_own_s, t._route_t0 = 0.0, 0.0, None
+    start = cfg.warmup_steps + cfg.calibration_steps
+    t.variant_of = ["stock"] * start
+    t.own_by_step = [0.0] * start
+    t.step = start
+    t.trial_start = start + cfg.rule.block
+    t.active, t.active_variant = None, "stock"
+    t.clock = _Clock([1.0] * start)
+    return t
+
+
+def _run(t: Tuner, speed: dict[str, float], steps: int) -> list[str]:
+    """Run ``steps`` steps: a step takes speed[label of the plan tried] (plan) or 1.0 (stock)."""
+    ran = []
+    for _ in range(steps):
+        if t.phase == "done":
+            break
+        v = t._advance()
+        t._switch(v)
+        t.variant_of.append(v)
+        t.own_by_step.append(0.0)
+        t.clock.periods.append(speed[plan_label(t.plan)] if v == "plan" else 1.0)
+        t.clock.stamps.append(0.0)
+        ran.append(f"{v}:{plan_label(t.plan)}" if v == "plan" else v)
+        t.step += 1
+    return ran
+
+
+def _plans():
+    prof = _profile()
+    cost = AlphaBeta(0.001, 1 / 250e6)
+    return make_plan(WFBP(), prof, cost), make_plan(ddp_with_cap(5), prof, cost), make_plan(DDP(), prof, cost)
+
+
+RULE = TrialRule(block=2, min_pairs_reject=3, min_pairs_keep=6, max_pairs=16)
+
+
+def test_a_first_plan_that_loses_inside_the_budget_hands_over_to_the_second(monkeypatch):
+    first, second, stock = _plans()
+    t = _tuner(monkeypatch, TuneConfig(warmup_steps=3, calibration_steps=8, rule=RULE, max_cost=0.5, log=False), first, second, stock)
+    ran = _run(t, {"wfbp": 1.05, "bucket_cap_mb=5": 0.9}, 200)
+    assert t.decision == "plan" and t.plan is second and t.second_plan is None
+    # the first plan: its untimed block and 3 pairs (12 steps), then the second's untimed block and 6 pairs
+    assert ran[:2] == ["plan:wfbp"] * 2 and ran.count("plan:wfbp") == 2 + 3 * 2
+    assert ran.count("plan:bucket_cap_mb=5") == 2 + 6 * 2 + 1  # its untimed block, 6 pairs to keep it, and the deciding step
+    doc = t.report()
+    assert doc["trial_pairs"] == 9 and doc["decision"] == "plan"
+    assert [tr["plan"] for tr in doc["trials"]] == ["wfbp", "bucket_cap_mb=5"]
+    assert doc["trials"][0]["measured_speedup"]["ci95"][1] < 1 < doc["trials"][1]["measured_speedup"]["ci95"][0]
+    assert len(doc["trials"][0]["plan_steps_s"]) == 6 and len(doc["trial"]["plan_steps_s"]) == 12
+    # the report shows both plans against stock DDP's steps of both trials
+    v = tune_mod._trial_as_validate(doc, [first, second], stock, RULE, 2, "gloo")
+    assert set(v["strategies"]) == {"wfbp", "bucket_cap_mb=5"} and v["best_measured"] == "bucket_cap_mb=5"
+
+
+def test_a_second_plan_that_loses_too_leaves_stock_ddp(monkeypatch):
+    first, second, stock = _plans()
+    t = _tuner(monkeypatch, TuneConfig(warmup_steps=3, calibration_steps=8, rule=RULE, max_cost=0.5, log=False), first, second, stock)
+    _run(t, {"wfbp": 1.05, "bucket_cap_mb=5": 1.04}, 200)
+    assert t.decision == "stock" and t.active == ("ddp", "stock")  # stock DDP built afresh (fresh_per_switch)
+    assert [tr["plan"] for tr in t.report()["trials"]] == ["wfbp", "bucket_cap_mb=5"]
+
+
+def test_no_second_plan_once_the_budget_is_spent(monkeypatch):
+    first, second, stock = _plans()
+    # 0.5% of 200 one-second steps is 1 s: the first plan's 8 steps at +0.25 s cost 2 s
+    t = _tuner(monkeypatch, TuneConfig(warmup_steps=3, calibration_steps=8, rule=RULE, max_cost=0.005, log=False), first, second, stock)
+    ran = _run(t, {"wfbp": 1.25, "bucket_cap_mb=5": 0.9}, 200)
+    assert t.decision == "stock" and "more than its budget" in t.reason
+    assert not any("bucket_cap_mb" in r for r in ran) and "trials" not in t.report()
+
+
+def test_a_first_plan_that_wins_is_kept_without_trying_the_second(monkeypatch):
+    first, second, stock = _plans()
+    t = _tuner(monkeypatch, TuneConfig(warmup_steps=3, calibration_steps=8, rule=RULE, max_cost=0.5, log=False), first, second, stock)
+    ran = _run(t, {"wfbp": 0.9, "bucket_cap_mb=5": 0.8}, 200)
+    assert t.decision == "plan" and t.plan is first
+    assert not any("bucket_cap_mb" in r for r in ran)
