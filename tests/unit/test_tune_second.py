@@ -79,17 +79,21 @@ class _Clock:
         return self.periods[k]
 
 
-def _tuner(monkeypatch, cfg: TuneConfig, first, second, stock) -> Tuner:
-    """A Tuner on rank 0 at the start of its trial (calibration done at step ``start``), no process group."""
+def _tuner(monkeypatch, cfg: TuneConfig, first, second, stock, fresh: bool = True) -> Tuner:
+    """A Tuner on rank 0 at the start of its trial (calibration done at step ``start``), no process
+    group; its DDPs are ("ddp", label) tuples. ``fresh``: each switch builds the DDP afresh (as
+    under find_unused_parameters), else one plan DDP is kept across switches."""
     monkeypatch.setattr(tune_mod, "broadcast_bytes", lambda payload, *a, **k: payload)
     t = object.__new__(Tuner)
     t.cfg, t.rank, t.group, t.device, t.world, t.backend = cfg, 0, None, None, 2, "gloo"
-    t.fresh_per_switch = True
+    t.fresh_per_switch = fresh
     t._new_ddp = lambda plan: ("ddp", plan_label(plan) if plan is not None else "stock")
     t.phase, t.decision, t.reason, t.entry, t.recorder, t.comparison, t.key, t.decided_at = "trial", None, "", None, None, None, "k", None
-    t.plan, t.second_plan, t.stock_plan, t.plan_ddp = first, second, stock, None
+    t.plan, t.second_plan, t.stock_plan = first, second, stock
+    t.plan_ddp = None if fresh else t._new_ddp(first)
     t.trials, t.tried_plans, t.summary, t.ratios = [], [], {}, []
     t.pairs = t.pairs_before = 0
+    t.last_why = ""
     t.own_s, t.recorder_own_s, t._route_t0 = 0.0, 0.0, None
     start = cfg.warmup_steps + cfg.calibration_steps
     t.variant_of = ["stock"] * start
@@ -127,11 +131,14 @@ def _plans():
 RULE = TrialRule(block=2, min_pairs_reject=3, min_pairs_keep=6, max_pairs=16)
 
 
-def test_a_first_plan_that_loses_inside_the_budget_hands_over_to_the_second(monkeypatch):
+@pytest.mark.parametrize("fresh", [True, False])
+def test_a_first_plan_that_loses_inside_the_budget_hands_over_to_the_second(monkeypatch, fresh):
     first, second, stock = _plans()
-    t = _tuner(monkeypatch, TuneConfig(warmup_steps=3, calibration_steps=8, rule=RULE, max_cost=0.5, log=False), first, second, stock)
+    t = _tuner(monkeypatch, TuneConfig(warmup_steps=3, calibration_steps=8, rule=RULE, max_cost=0.5, log=False), first, second, stock, fresh)
     ran = _run(t, {"wfbp": 1.05, "bucket_cap_mb=5": 0.9}, 200)
     assert t.decision == "plan" and t.plan is second and t.second_plan is None
+    assert t.active == ("ddp", "bucket_cap_mb=5")  # the second plan's DDP runs on, the first's is gone
+    assert fresh or t.plan_ddp is t.active
     # the first plan: its untimed block and 3 pairs (12 steps), then the second's untimed block and 6 pairs
     assert ran[:2] == ["plan:wfbp"] * 2 and ran.count("plan:wfbp") == 2 + 3 * 2
     assert ran.count("plan:bucket_cap_mb=5") == 2 + 6 * 2 + 1  # its untimed block, 6 pairs to keep it, and the deciding step
@@ -139,6 +146,8 @@ def test_a_first_plan_that_loses_inside_the_budget_hands_over_to_the_second(monk
     assert doc["trial_pairs"] == 9 and doc["decision"] == "plan"
     assert [tr["plan"] for tr in doc["trials"]] == ["wfbp", "bucket_cap_mb=5"]
     assert doc["trials"][0]["measured_speedup"]["ci95"][1] < 1 < doc["trials"][1]["measured_speedup"]["ci95"][0]
+    assert "wfbp" not in doc["trials"][1]["why"]  # each trial's own verdict; the reason tells both
+    assert doc["reason"].startswith("bucket_cap_mb=5: measured") and "before it, wfbp: measured" in doc["reason"]
     assert len(doc["trials"][0]["plan_steps_s"]) == 6 and len(doc["trial"]["plan_steps_s"]) == 12
     # the report shows both plans against stock DDP's steps of both trials
     v = tune_mod._trial_as_validate(doc, [first, second], stock, RULE, 2, "gloo")
@@ -168,3 +177,14 @@ def test_a_first_plan_that_wins_is_kept_without_trying_the_second(monkeypatch):
     ran = _run(t, {"wfbp": 0.9, "bucket_cap_mb=5": 0.8}, 200)
     assert t.decision == "plan" and t.plan is first
     assert not any("bucket_cap_mb" in r for r in ran)
+
+
+def test_the_budget_also_ends_the_second_trial(monkeypatch):
+    first, second, stock = _plans()
+    # 1% of 200 one-second steps is 2 s: the first plan's 8 steps at +0.1 s cost 0.8 s and it is
+    # dropped after 3 pairs; the second, at +0.4 s a step, spends the rest in its first 3 blocks
+    t = _tuner(monkeypatch, TuneConfig(warmup_steps=3, calibration_steps=8, rule=RULE, max_cost=0.01, log=False), first, second, stock)
+    ran = _run(t, {"wfbp": 1.1, "bucket_cap_mb=5": 1.4}, 200)
+    assert t.decision == "stock" and "more than its budget" in t.reason
+    assert ran.count("plan:bucket_cap_mb=5") == 2 + 2  # its untimed block and one timed block: the first check ends it
+    assert t.cost_s() > t.budget_s()

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from commsched.cost.cluster import ClusterSpec
+from commsched.cost.models import CostModel
 from commsched.planners import DDP, Optimal
 from commsched.planners.base import Planner, plan_and_timeline
 from commsched.planners.optimal import check_min_gain
@@ -180,7 +181,7 @@ def plan_label(plan: Plan) -> str:
 
 
 def best_cap(
-    profile: ModelProfile, cost, semantics: Semantics, caps_mb: Sequence[float], others: Sequence[Plan], than_s: float
+    profile: ModelProfile, cost: CostModel, semantics: Semantics, caps_mb: Sequence[float], others: Sequence[Plan], than_s: float
 ) -> tuple[Plan | None, float]:
     """(the plan of DDP's ``bucket_cap_mb`` among ``caps_mb`` predicted fastest under ``semantics``,
     its predicted iteration), among those whose buckets differ from every plan of ``others`` and

@@ -222,6 +222,7 @@ class Tuner:
         self.trial_start = 0  # first counted step of the trial's pairs
         self.pairs = 0
         self.pairs_before = 0  # the pairs of the trials before this one
+        self.last_why = ""  # the last verdict's own words (reason adds the trial before it)
         self.ratios: list[float] = []
         self.decision: str | None = None
         self.reason = ""
@@ -399,7 +400,10 @@ class Tuner:
         }
         second = None
         if try_it and self.cfg.keep == "measured":
-            second, second_s = best_cap(profile, model.cost, sem, self.cfg.fallback_caps_mb, (plan, stock), cmp.stock.timeline.iteration_s)
+            try:  # a second plan that cannot be made must not keep the first from its trial
+                second, second_s = best_cap(profile, model.cost, sem, self.cfg.fallback_caps_mb, (plan, stock), cmp.stock.timeline.iteration_s)
+            except CommschedError as e:
+                predicted["second_error"] = str(e)
             if second is not None:
                 predicted["second"] = {"label": plan_label(second), "plan_s": second_s, "bucket_bytes": [b.bytes for b in second.buckets]}
         return {
@@ -482,6 +486,7 @@ class Tuner:
         if v is None:
             return False
         self.summary["measured_speedup"] = doc["measured_speedup"]
+        self.last_why = doc["why"]
         keep = v if self.cfg.keep == "measured" else self.cfg.keep
         why = doc["why"] + ("" if keep == v else f"; keeping {keep} as asked (keep={self.cfg.keep!r})")
         if self.trials:
@@ -492,7 +497,7 @@ class Tuner:
     def _start_second_trial(self, doc: dict) -> None:
         """The first plan lost: remember its trial, make the second plan the one tried, its first
         block (not timed) from this step on."""
-        stock, plan = self._blocks()
+        stock, plan = self._blocks() if self.rank == 0 else ([], [])  # rank 0 measures (on CUDA: no event syncs elsewhere)
         self.trials.append({
             "plan": plan_label(self.plan), "bucket_bytes": [b.bytes for b in self.plan.buckets],
             "measured_speedup": doc["measured_speedup"], "why": doc["why"], "pairs": self.pairs,
@@ -593,7 +598,7 @@ class Tuner:
             if self.trials:  # every plan tried, in order; "trial" is the last one's
                 doc["trials"] = [*self.trials, {
                     "plan": plan_label(self.plan), "bucket_bytes": [b.bytes for b in self.plan.buckets],
-                    "measured_speedup": self.summary.get("measured_speedup"), "why": self.reason, "pairs": self.pairs,
+                    "measured_speedup": self.summary.get("measured_speedup"), "why": self.last_why, "pairs": self.pairs,
                     **doc["trial"],
                 }]
         return doc

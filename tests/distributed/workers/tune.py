@@ -100,10 +100,13 @@ def slow_the_first_plan() -> None:
     from commsched.runtime import tune as tune_mod
 
     real_new, real_best = tune_mod.Tuner._new_ddp, tune_mod.best_cap
+    first_tuner: list = []  # the first job's tuner: the restart's remembered plan runs at its own speed
 
     def new_ddp(self, plan):
         ddp = real_new(self, plan)
-        if plan is not None and not self.tried_plans:
+        if not first_tuner:
+            first_tuner.append(self)
+        if plan is not None and self is first_tuner[0] and not self.tried_plans:
             forward = ddp.forward
 
             def slow(*args, **kwargs):
