@@ -104,10 +104,9 @@ class Comparison:
         resources (a resource strategy that kept DDP's buckets with other resources is not one)."""
         if self.stock is None:
             return ()
-        layout = tuple(b.tensors for b in self.stock.plan.buckets)
         return tuple(
             k for k, r in self.results.items()
-            if tuple(b.tensors for b in r.plan.buckets) == layout and all(b.resources is None for b in r.plan.buckets)
+            if same_buckets(r.plan, self.stock.plan) and all(b.resources is None for b in r.plan.buckets)
         )
 
     @property

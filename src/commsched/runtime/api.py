@@ -108,10 +108,10 @@ def _serving_backend(model: nn.Module) -> str | None:
 def _recommended(plan: Plan, stock: Plan, min_gain: float) -> Plan:
     """``plan``, or ``stock`` (stock DDP's default buckets, with the reason) where ``plan`` is not
     predicted at least ``min_gain`` faster (:func:`commsched.planners.compare.recommend`)."""
-    from commsched.planners.compare import recommend
+    from commsched.planners.compare import recommend, same_buckets
 
     assert plan.predicted is not None and stock.predicted is not None
-    same = tuple(b.tensors for b in plan.buckets) == tuple(b.tensors for b in stock.buckets)
+    same = same_buckets(plan, stock)
     rec = recommend({plan.strategy: plan.predicted.iteration_s}, (plan.strategy,) if same else (), stock.predicted.iteration_s, min_gain)
     if not rec.stock_kept:
         return plan

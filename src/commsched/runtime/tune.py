@@ -497,12 +497,8 @@ class Tuner:
     def _start_second_trial(self, doc: dict) -> None:
         """The first plan lost: remember its trial, make the second plan the one tried, its first
         block (not timed) from this step on."""
-        stock, plan = self._blocks() if self.rank == 0 else ([], [])  # rank 0 measures (on CUDA: no event syncs elsewhere)
-        self.trials.append({
-            "plan": plan_label(self.plan), "bucket_bytes": [b.bytes for b in self.plan.buckets],
-            "measured_speedup": doc["measured_speedup"], "why": doc["why"], "pairs": self.pairs,
-            "stock_steps_s": [t for b in stock for t in b], "plan_steps_s": [t for b in plan for t in b],
-        })
+        steps = self._trial_steps() if self.rank == 0 else {"stock_steps_s": [], "plan_steps_s": []}  # rank 0 measures (on CUDA: no event syncs elsewhere)
+        self.trials.append(self._trial_record(doc["measured_speedup"], doc["why"], steps))
         if self.rank == 0 and self.cfg.log:
             print(f"commsched tune: {plan_label(self.plan)} lost ({doc['why']}); trying {plan_label(self.second_plan)} "
                   f"({len(self.second_plan.buckets)} buckets)", file=sys.stderr, flush=True)
@@ -591,17 +587,22 @@ class Tuner:
             **self.summary,
         }
         if self.rank == 0 and self.decision is not None and self.pairs:
-            stock, plan = self._blocks()
-            flat_s = [t for b in stock for t in b]
-            flat_p = [t for b in plan for t in b]
-            doc["trial"] = {"stock_steps_s": flat_s, "plan_steps_s": flat_p}
+            doc["trial"] = self._trial_steps()
             if self.trials:  # every plan tried, in order; "trial" is the last one's
-                doc["trials"] = [*self.trials, {
-                    "plan": plan_label(self.plan), "bucket_bytes": [b.bytes for b in self.plan.buckets],
-                    "measured_speedup": self.summary.get("measured_speedup"), "why": self.last_why, "pairs": self.pairs,
-                    **doc["trial"],
-                }]
+                doc["trials"] = [*self.trials, self._trial_record(self.summary.get("measured_speedup"), self.last_why, doc["trial"])]
         return doc
+
+    def _trial_steps(self) -> dict:
+        """The current trial's step times by variant (rank 0's clock)."""
+        stock, plan = self._blocks()
+        return {"stock_steps_s": [t for b in stock for t in b], "plan_steps_s": [t for b in plan for t in b]}
+
+    def _trial_record(self, speedup: dict | None, why: str, steps: dict) -> dict:
+        """The current trial as ``trials`` lists it: the plan tried, its verdict and its steps."""
+        return {
+            "plan": plan_label(self.plan), "bucket_bytes": [b.bytes for b in self.plan.buckets],
+            "measured_speedup": speedup, "why": why, "pairs": self.pairs, **steps,
+        }
 
     # --- the memory ------------------------------------------------------------------------------
 

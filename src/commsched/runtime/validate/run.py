@@ -327,12 +327,11 @@ def recommendation_of(before: Before, plans: dict[str, Plan], min_gain: float) -
     """What a user of these numbers would be told to run before the rounds (``commsched plan``'s
     rule, :func:`commsched.planners.compare.recommend`): the fastest plan predicted, unless it is predicted
     less than ``min_gain`` faster than stock DDP's default buckets under the same semantics."""
-    from commsched.planners.compare import recommend
+    from commsched.planners.compare import recommend, same_buckets
     from commsched.planners import DDP
 
     stock = make_plan(DDP(), before.profile, before.cluster.allreduce, before.semantics)
-    layout = tuple(b.tensors for b in stock.buckets)
-    same = tuple(k for k, p in plans.items() if tuple(b.tensors for b in p.buckets) == layout)
+    same = tuple(k for k, p in plans.items() if same_buckets(p, stock))
     assert stock.predicted is not None and all(p.predicted is not None for p in plans.values())
     times = {k: p.predicted.iteration_s for k, p in plans.items()}  # type: ignore[union-attr]
     return recommend(times, same, stock.predicted.iteration_s, min_gain, {k: len(p.buckets) for k, p in plans.items()}).to_json()
