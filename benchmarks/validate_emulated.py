@@ -9,12 +9,17 @@ For each model it runs
 table of every strategy's predicted and measured step time, plus the checks of issue 11: prediction
 error (median, worst), and `optimal` applied by stock DDP against stock DDP's defaults (speedup with
 its 95% interval).
+
+Each run's small result files (``validate.json``, ``profile.json``: 200 KB) are copied to
+``--keep/R/M`` (``benchmarks/data/validate`` by default, committed), so that the tables in
+BENCHMARKS.md can be printed again, and tested, from them: ``--report-only --out benchmarks/data/validate``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -26,8 +31,8 @@ MODELS = {  # CPU-friendly sizes, shapes of every kind
     "bert_small": ["--batch-size", "8"],  # 56 tensors, a large embedding first in definition order
     "mobilenet_v2": ["--batch-size", "16", "--image-size", "64"],  # 158 small tensors, 13 MiB
     # 16 tensors, 233 MiB: a few large ones. Five strategies only: with all eight, the variants' model
-    # copies (weights, gradients, momentum, DDP's buckets: about 1 GB each) ran this 24 GiB machine
-    # out of memory
+    # copies (weights, gradients, momentum, DDP's buckets: about 1 GB each, before the variants shared
+    # their weights and took turns with one DDP) ran this 24 GiB machine out of memory
     "alexnet": ["--batch-size", "16", "--image-size", "64", "--strategy", "optimal,ddp,mgwfbp,wfbp,synceasgd"],
     "googlenet": ["--batch-size", "8", "--image-size", "64"],  # 187 tensors with its auxiliary heads
     # 364 tensors, mostly small: the held-out model of 2026-11-24, not in the default set (--models)
@@ -51,7 +56,12 @@ MODELS = {  # CPU-friendly sizes, shapes of every kind
     "efficientnet_b0": ["--batch-size", "8", "--image-size", "64"],
     # 173 tensors, 108 MiB, shifted-window attention: held out likewise
     "swin_t": ["--batch-size", "8", "--image-size", "64"],
+    # not in the zoo (benchmarks/custom_models.py, an import path): a transformer language model whose
+    # embedding is tied to its output layer, the held-out model of 2026-11-27
+    "tied_lm": ["--batch-size", "8"],
 }
+# the models that are not in the zoo, by their import paths
+IMPORT_PATHS = {"tied_lm": "benchmarks.custom_models:tied_lm"}
 DEFAULT = ["resnet18", "resnet50", "bert_small", "mobilenet_v2", "alexnet", "googlenet"]
 
 
@@ -63,6 +73,7 @@ def main() -> None:
     ap.add_argument("--out", default="out/bench")
     ap.add_argument("--timeout-s", default="3000")
     ap.add_argument("--models", default=",".join(DEFAULT))
+    ap.add_argument("--keep", default="benchmarks/data/validate", help="where each run's validate.json and profile.json are copied ('' for nowhere)")
     ap.add_argument("--report-only", action="store_true", help="summarise the validate.json files already in --out")
     ap.add_argument(
         "--repredict", action="store_true",
@@ -76,12 +87,17 @@ def main() -> None:
         cmd = [
             sys.executable, "-m", "commsched", "emulate", "--nodes", "2", "--rate-mbit", args.rate_mbit,
             "--timeout-s", args.timeout_s, "--",
-            "-m", "commsched", "validate", "--model", model, *MODELS[model],
+            "-m", "commsched", "validate", "--model", IMPORT_PATHS.get(model, model), *MODELS[model],
             "--rounds", args.rounds, "--steps", args.steps, "--out", str(out),
         ]
         if not args.report_only:
             print("$", " ".join(cmd[1:]), file=sys.stderr, flush=True)
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+            if args.keep:
+                kept = Path(args.keep) / args.rate_mbit / model
+                kept.mkdir(parents=True, exist_ok=True)
+                for name in ("validate.json", "profile.json"):
+                    shutil.copyfile(out / name, kept / name)
         reports[model] = load_validate_report(out / "validate.json")
         if args.repredict:
             from commsched.formats.io import profile_from_json

@@ -37,7 +37,7 @@ def test_validate_end_to_end(tmp_path):
     assert "recommended before the run" in " ".join(r.stdout.split())
     mem = doc["memory"]
     assert [len(r) for r in mem["rss_after_round_bytes"]] == [2, 2] and all(p > 0 for p in mem["peak_rss_bytes"])
-    assert mem["estimate"]["model_copies"] == 7 + 1.75 * 4 and mem["ranks_per_machine"] == 2
+    assert mem["estimate"]["model_copies"] == 7 + 4 and mem["estimate"]["variants"] == 4 and mem["ranks_per_machine"] == 2
     for row in [*doc["strategies"].values(), doc["stock_ddp"]]:
         assert row["measured_s"] > 0 and row["iteration_s"] > 0 and row["buckets"] >= 1
         assert abs(row["error"] - (row["iteration_s"] / row["measured_s"] - 1)) < 1e-12

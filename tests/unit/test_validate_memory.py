@@ -14,14 +14,14 @@ from commsched.runtime.validate import memory  # noqa: E402
 GIB = 1 << 30
 
 
-def test_the_estimate_counts_seven_copies_and_a_few_per_variant():
+def test_the_estimate_is_the_same_whatever_the_number_of_strategies():
     one = memory.estimate(100 * MIB, 100 * MIB, 50 * MIB, 1)
     nine = memory.estimate(100 * MIB, 100 * MIB, 50 * MIB, 9)
-    assert one.copies == 7 + 1.75 and nine.copies == 7 + 9 * 1.75
-    # every variant adds its DDP reducer's buckets and allocator slack, nothing else
-    assert nine.need_bytes - one.need_bytes == 8 * 1.75 * 100 * MIB
+    # one variant's DDP at a time (its turn), beside the fixed copies
+    assert one.copies == nine.copies == 7 + 4 and nine.variants == 9
+    assert nine.need_bytes == one.need_bytes
     # the weights already held are not counted again; the activations have their margin
-    assert one.need_bytes == int((7 + 1.75 - 1) * 100 * MIB + memory.ACTIVATION_PEAK * 50 * MIB + one.comm_bytes)
+    assert one.need_bytes == int((7 + 4 - 1) * 100 * MIB + memory.ACTIVATION_PEAK * 50 * MIB + one.comm_bytes)
 
 
 def test_the_probe_messages_are_bounded_whatever_the_model():
@@ -35,15 +35,15 @@ def test_a_run_that_cannot_fit_is_refused_in_one_line_naming_the_numbers():
     with pytest.raises(CommschedError) as e:
         memory.check(est, {"m": (2, 8 * GIB)}, "resnet152", 16)
     msg = str(e.value)
-    assert "\n" not in msg and "8.0 GiB available" in msg and "2 ranks" in msg and "16.5 model copies of 230 MiB" in msg
-    assert "resnet152 at batch 16" in msg and "--strategy" in msg
+    assert "\n" not in msg and "8.0 GiB available" in msg and "2 ranks" in msg and "10 model copies of 230 MiB" in msg
+    assert "resnet152 at batch 16" in msg and "--batch-size" in msg
 
 
 def test_ranks_on_one_machine_share_its_memory():
     # two emulated nodes (network namespaces of one machine: one boot id) and a machine of its own
     machines = memory.machines_of([("a", 10 * GIB), ("a", 9 * GIB), ("b", 30 * GIB), ("c", None)])
     assert machines == {"a": (2, 9 * GIB), "b": (1, 30 * GIB)}
-    est = memory.estimate(GIB, GIB, 0, 1)  # 6 GiB + the probe's messages per rank
+    est = memory.estimate(GIB, GIB, 0, 1)  # 10 GiB + the probe's messages per rank
     with pytest.raises(CommschedError, match="2 ranks"):
         memory.check(est, machines, "m", 1)
     memory.check(est, {"b": machines["b"]}, "m", 1)

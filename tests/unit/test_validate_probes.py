@@ -110,3 +110,37 @@ def test_activation_bytes_count_what_the_forward_saves_once_and_leave_the_weight
     assert activation_bytes(lin, (x,), lambda out: out.sum()) == 7 * 1000 * 4
     two = torch.nn.Sequential(lin, torch.nn.Tanh())  # tanh saves its output: one more batch of 1000
     assert activation_bytes(two, (x,), lambda out: out.sum()) == 2 * 7 * 1000 * 4
+
+
+def test_a_variants_ddp_lives_for_its_turn_only():
+    """validate holds one strategy's DDP (its reducer's buckets, a gradient copy) at a time: a
+    variant's DDP is made when its turn starts and is gone, gradients and all, when it ends
+    (resnet152 with five strategies had grown by a model copy or more per strategy)."""
+    import gc
+    import weakref
+
+    import torch.distributed as dist
+
+    from commsched.runtime.validate.probes import SharedWeights, Variant
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        gc.disable()  # the variant must let its DDP go by itself, not by a collection that happens to run
+        shared = SharedWeights(_net(), lr=0.1)
+        v = Variant(None, shared, (torch.randn(5, 8),), lambda out: out.sum())
+        assert v.ddp is None
+        with pytest.raises(CommschedError, match="start"):
+            v.step()
+        for _ in range(2):  # two turns
+            v.start()  # DDP made, its two untimed steps run, their gradients freed
+            assert all(p.grad is None for p in v.model.parameters())
+            ddp = weakref.ref(v.ddp)
+            assert v.step() > 0 and all(p.grad is not None for p in v.model.parameters())
+            with pytest.raises(CommschedError, match="end"):
+                v.start()
+            v.end()
+            assert v.ddp is None and ddp() is None
+            assert all(p.grad is None for p in v.model.parameters())
+    finally:
+        gc.enable()
+        dist.destroy_process_group()

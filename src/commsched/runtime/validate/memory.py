@@ -3,17 +3,19 @@
 A run holds, at its peak (every rank alike, :mod:`commsched.runtime.validate.probes`): one copy of
 the weights shared by every model, the weights they started from, the SGD momentum, the gradients of
 the one model running, and one DDP reducer's buckets (a gradient copy) for the profile steps and each
-of the two launch passes: 7 model copies (``FIXED_COPIES``); ``VARIANT_COPIES`` for each variant (the
-strategies and stock DDP); the activations of one training step; and the probe's messages
+of the two launch passes: 7 model copies (``FIXED_COPIES``); the DDP of the one variant (a strategy,
+or stock DDP) whose turn it is, made for its turn and let go after it (``TURN_COPIES``), whatever the
+number of strategies; the activations of one training step; and the probe's messages
 (:func:`comm_bytes`). The ranks that share a machine (by its kernel's boot id, so that the nodes of
 ``commsched emulate``, network namespaces of one machine, count together) share its available memory.
 
 :func:`estimate` makes the numbers and :func:`check` refuses, in one line, a run that cannot fit.
-Measured (resident memory, ``validate --model resnet152 --batch-size 16 --image-size 64 --strategy
-optimal,ddp,mgwfbp,wfbp,synceasgd --rounds 2 --steps 1`` on one gloo rank): a peak of 5.5 GiB, where
-the estimate added to what the rank held when it was made (0.9 GiB) comes to 6.3 GiB; before the
-models shared their weights the same run peaked at 14.9 GiB. Each variant added 1.0-1.7 model copies
-to a rank's resident memory (resnet18 on two ranks, two runs; resnet152 1.1), against 4.1 before.
+Measured (peak resident memory, ``validate --model resnet152 --batch-size 16 --image-size 64
+--rounds 3 --steps 2`` on two gloo ranks of this machine, 2026-11-27): 4.06 GiB with one strategy
+(``ddp``) and 4.57 GiB with five (``optimal,ddp,mgwfbp,wfbp,synceasgd``), where the estimate, added
+to what the rank held when it was made (0.95 GiB), comes to 4.8 GiB for either; with every variant's
+DDP kept for the whole run (before 2026-11-27) the five peaked at 5.49 GiB and each variant added
+1.0-1.7 model copies; before the models shared their weights, 14.9 GiB.
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ from commsched.errors import CommschedError
 # from, the momentum, the running model's gradients, and the reducer buckets of the profile steps and
 # the two launch passes
 FIXED_COPIES = 7
-# model copies each variant adds to a rank's resident memory: its reducer's buckets (one) and what
-# the allocator keeps of the gradients it frees between turns (measured 1.0-1.7, module docstring),
-# rounded up
-VARIANT_COPIES = 1.75
+# model copies of the variant whose turn it is: its reducer's buckets, the buckets DDP rebuilds in
+# its second step (made before the first ones go), and what the allocator keeps of the buckets and
+# gradients of variants of other sizes (measured: four strategies more added 2.1 copies to
+# resnet152's peak, module docstring; more strategies may add some), with a copy to spare
+TURN_COPIES = 4
 # a training step's peak beyond its gradients over the tensors its forward saves for the backward
 # pass, the weights left out (the gradients of the activations while they are made, allocator slack):
 # measured 1.10 on resnet152 (batch 16, 224 px) and 1.29 on resnet50 (batch 16, 64 px), one CPU step
@@ -53,7 +56,8 @@ def comm_bytes(gradient_bytes: int) -> int:
 class MemoryEstimate:
     """What one rank of a run needs beyond what it holds when the estimate is made (the model
     built, torch loaded): ``copies`` model copies of ``param_bytes`` (one of them, the weights
-    themselves, already held), the activations of one step and the probe's messages."""
+    themselves, already held), the activations of one step and the probe's messages. ``variants``
+    (the strategies and stock DDP) is recorded; the copies do not depend on it."""
 
     param_bytes: int
     activation_bytes: int
@@ -62,7 +66,7 @@ class MemoryEstimate:
 
     @property
     def copies(self) -> float:
-        return FIXED_COPIES + VARIANT_COPIES * self.variants
+        return FIXED_COPIES + TURN_COPIES
 
     @property
     def need_bytes(self) -> int:
@@ -100,9 +104,8 @@ def check(est: MemoryEstimate, machines: dict[str, tuple[int, int]], model: str,
             raise CommschedError(
                 f"validate would need about {gib(need)} more memory on a machine that has {gib(available)} available "
                 f"(MemAvailable): {ranks} rank{'s' if ranks > 1 else ''} x ({est.copies - 1:g} model copies of {gib(est.param_bytes)} "
-                f"for {est.variants} variants + {gib(ACTIVATION_PEAK * est.activation_bytes)} of activations of {model} at batch "
-                f"{batch_size} + {gib(est.comm_bytes)} of probe messages); run fewer strategies (--strategy), a smaller "
-                "--batch-size, or fewer ranks per machine"
+                f"+ {gib(ACTIVATION_PEAK * est.activation_bytes)} of activations of {model} at batch "
+                f"{batch_size} + {gib(est.comm_bytes)} of probe messages); run a smaller --batch-size or fewer ranks per machine"
             )
 
 

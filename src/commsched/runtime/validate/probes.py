@@ -7,15 +7,19 @@ Every model here shares one copy of the parameters (:class:`SharedWeights`): the
 probe's passes, the launch passes and every variant's stock DDP are modules of their own (their own
 ``Parameter`` objects, so each DDP's reducer hooks only its own) over the same storage, with the
 same SGD momentum buffers. What each model costs beyond them is its DDP reducer's buckets (one
-gradient copy) and, while it runs, its gradients, which it gives back between turns.
+gradient copy) and, while it runs, its gradients; a strategy's DDP (:class:`Variant`) lives only for
+its turn.
 """
 
 from __future__ import annotations
 
 import copy
+import gc
+import inspect
 import statistics
 import time
 import warnings
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -477,26 +481,58 @@ class ProfileStepRunner:
 
 class Variant:
     """One strategy's plan run by stock DDP with its caps (``plan`` None: stock DDP's defaults), on a
-    :meth:`SharedWeights.module` with the shared momentum. :meth:`step` runs one training step and
-    returns its seconds (zero_grad, forward, backward, the optimizer); :meth:`release` frees the
-    gradients between the variant's turns (its next step's zero_grad would free them; the first step
-    of a turn then has none to free)."""
+    :meth:`SharedWeights.module` with the shared momentum.
+
+    Its DDP lives for one turn: :meth:`start` makes it and runs two untimed steps, :meth:`step` runs
+    one training step and returns its seconds (zero_grad, forward, backward, the optimizer), and
+    :meth:`end` frees the gradients and lets the DDP go, its reducer's buckets with it. So a run holds
+    one variant's buckets at a time, whatever the number of strategies (a DDP kept for the whole run
+    holds its buckets, a gradient copy, between its turns: 1.0-1.7 model copies per variant in
+    resident memory, measured). The untimed steps are DDP's first two, as in any job: the first
+    reduces the buckets DDP made from the parameters' definition order; the second's forward
+    rebuilds them in the order the gradients became ready, with the plan's caps, and its backward
+    writes them for the first time (a first write of fresh memory faults its pages in: 75-145 ms for
+    resnet152's 240 MB here, 8-16% of its step). The DDP is made without collectives
+    (``init_sync=False``): every rank's shared weights are the same."""
 
     def __init__(self, plan: Plan | None, shared: SharedWeights, inputs: tuple, loss_fn) -> None:
         from commsched.runtime.data_parallel import ddp_options
 
         self.plan = plan
         self.model = shared.module()
-        self.ddp = nn.parallel.DistributedDataParallel(self.model, **(ddp_options(plan, self.model) if plan is not None else {}))
+        self.options = ddp_options(plan, self.model) if plan is not None else {}
         self.opt = shared.optimizer(self.model)
         self.inputs, self.loss_fn = inputs, loss_fn
+        self.ddp: nn.parallel.DistributedDataParallel | None = None
+
+    def start(self) -> None:
+        """This turn's DDP, after its two untimed steps, its gradients freed (what comes next, a
+        light profile step, finds their memory free, as it did after the previous variant's turn)."""
+        if self.ddp is not None:
+            raise CommschedError("Variant.start: the variant's turn has not ended (Variant.end)")
+        self.ddp = nn.parallel.DistributedDataParallel(self.model, **self.options, **_NO_INIT_SYNC)
+        self.step()
+        self.step()
+        release_grads(self.model)
 
     def step(self) -> float:
+        if self.ddp is None:
+            raise CommschedError("Variant.step outside a turn (Variant.start first)")
         t0 = time.perf_counter()
         self.opt.zero_grad(set_to_none=True)
         self.loss_fn(self.ddp(*self.inputs)).backward()
         self.opt.step()
         return time.perf_counter() - t0
 
-    def release(self) -> None:
+    def end(self) -> None:
+        """The gradients freed and the DDP let go, now: collected at once where something (a
+        recorder's hooks) still holds it in a cycle."""
         release_grads(self.model)
+        ddp, self.ddp = weakref.ref(self.ddp), None
+        if ddp() is not None:
+            gc.collect()
+
+
+# DDP's set-up broadcasts rank 0's weights (at 500 Mbit/s, 4 s for resnet152's) unless told not to;
+# a torch without ``init_sync`` broadcasts
+_NO_INIT_SYNC = {"init_sync": False} if "init_sync" in inspect.signature(nn.parallel.DistributedDataParallel.__init__).parameters else {}

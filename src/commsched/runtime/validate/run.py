@@ -5,7 +5,7 @@ What is measured is the path users take: every strategy's plan run by stock
 with its defaults. :func:`run` goes through these phases:
 
 0. :func:`prepare`: the process group and the model; :func:`memory_phase`: what the run will hold
-   (``7 + 1.75 x variants`` model copies, a step's activations, the probe's messages:
+   (11 model copies whatever the number of strategies, a step's activations, the probe's messages:
    :mod:`commsched.runtime.validate.memory`) against the memory the machine has, refused in one line
    when it cannot fit, then the inputs;
 1. :func:`profile_phase` measures the compute profile inside training steps of stock DDP with one
@@ -32,7 +32,9 @@ with its defaults. :func:`run` goes through these phases:
 4. :func:`plan_phase` plans every strategy for those semantics (``optimal``: the optimum under them,
    :class:`~commsched.planners.Optimal`) and scores it;
 5. :func:`rounds_phase` trains every strategy and stock DDP, interleaved round by round (A B C ... C
-   A B ..., a random order each round, the same on every rank), each round from the same weights;
+   A B ..., a random order each round, the same on every rank), each round from the same weights,
+   each variant's DDP made for its turn (two untimed steps) and let go after it (:class:`Variant`:
+   the run holds one variant's buckets at a time);
    speedups over stock DDP and, beside the pooled error, the prediction error
    (:func:`~commsched.calibrate.stats.paired_error`) are paired in time; each round also repeats
    the profile steps and one probe of step 3 (with the cost table's own measurement at the probe
@@ -52,7 +54,6 @@ with its defaults. :func:`run` goes through these phases:
 
 from __future__ import annotations
 
-import gc
 import random
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -373,16 +374,12 @@ def rounds_phase(job: Job, before: Before, variants: dict[str, Variant], after_r
     rounds = Rounds(names, [{k: [] for k in names} for _ in range(job.world)], [[] for _ in range(job.world)],
                     [[] for _ in range(job.world)], [[] for _ in range(job.world)], {k: [] for k in names})
     light_kept = 0
-    # one untimed step of everything first (DDP rebuilds its buckets after it; allocations); after
-    # that no warm-up between variants: the first step after a switch is a few percent slower for
-    # every variant alike (measured on resnet18: 4%), and rounds short and many spread the machine's
-    # slow and fast phases (seconds long here) evenly over the variants
+    # one untimed profile step first (allocations); each variant's turn starts with its DDP's own
+    # untimed step (:meth:`Variant.start`), then the light step: the first timed step comes after a
+    # switch, a few percent slower for every variant alike (measured on resnet18: 4%), and rounds
+    # short and many spread the machine's slow and fast phases (seconds long here) evenly over them
     dist.barrier()
     runner.step(keep=False)
-    for v in variants.values():
-        dist.barrier()
-        v.step()
-        v.release()
     after_round(rounds)  # nothing timed yet: the plans and what they were made from
     for r in range(cfg.rounds):
         job.shared.reset()
@@ -399,6 +396,8 @@ def rounds_phase(job: Job, before: Before, variants: dict[str, Variant], after_r
         for name in random.Random(r).sample(names, len(names)):
             variant = variants[name]
             dist.barrier()
+            variant.start()
+            dist.barrier()
             # the machine's speed just before the variant's steps: what pairs its prediction with
             # them (:func:`paired_error`); the machine moves speed within a round
             rounds.light_before[name].append(light_kept)
@@ -407,7 +406,7 @@ def rounds_phase(job: Job, before: Before, variants: dict[str, Variant], after_r
             dist.barrier()
             for _ in range(cfg.steps):
                 times[name].append(variant.step())
-            variant.release()  # its gradients, until its next turn
+            variant.end()  # its gradients and its DDP, until its next turn
         mine = {"times": times, "probe": sample, "kept": runner.take(), "light": runner.take_light(), "rss": memory.rss_bytes()}
         for k, got in enumerate(gather(mine)):
             for name in names:
@@ -444,23 +443,25 @@ def record_round(job: Job, before: Before, head: dict, rounds: Rounds) -> None:
 
 
 def record_phase(job: Job, before: Before, variants: dict[str, Variant]) -> tuple[dict[str, list], list[dict]]:
-    """Each variant in turn runs ``1 + recorded_steps`` steps with a
-    :class:`~commsched.runtime.record.StepRecorder` on its own DDP (the first not kept: the first after
-    a switch), then is let go (its reducer's buckets freed). Returns the recorded steps per variant
-    and every rank's {variant: :func:`~commsched.calibrate.report.measured_timeline`}."""
+    """Each variant in turn (:meth:`Variant.start`) runs ``1 + recorded_steps`` steps with a
+    :class:`~commsched.runtime.record.StepRecorder` on its DDP (the first not kept: the first after
+    a switch), then is let go. Returns the recorded steps per variant and every rank's
+    {variant: :func:`~commsched.calibrate.report.measured_timeline`}."""
     from commsched.runtime.record import StepRecorder
 
     records: dict[str, list] = {}
     for name in list(variants):
         variant = variants.pop(name)
+        dist.barrier()
+        variant.start()
         rec = StepRecorder(variant.ddp, order=before.order.names)
         for _ in range(1 + job.cfg.recorded_steps):
             dist.barrier()
             variant.step()
         records[name] = rec.records[1:]
         rec.remove()
-        del variant, rec
-        gc.collect()  # DDP and its reducer hold each other: free the buckets now, not at some later collection
+        del rec
+        variant.end()
     return records, gather({name: measured_timeline(recs) for name, recs in records.items()})
 
 
