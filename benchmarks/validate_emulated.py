@@ -60,6 +60,8 @@ MODELS = {  # CPU-friendly sizes, shapes of every kind
     # embedding is tied to its output layer, the held-out model of 2026-11-27
     "tied_lm": ["--batch-size", "8"],
 }
+# where each run's small result files are kept (committed; BENCHMARKS.md's tables are printed from them)
+KEPT = Path(__file__).resolve().parent / "data" / "validate"
 # the models that are not in the zoo, by their import paths
 IMPORT_PATHS = {"tied_lm": "benchmarks.custom_models:tied_lm"}
 DEFAULT = ["resnet18", "resnet50", "bert_small", "mobilenet_v2", "alexnet", "googlenet"]
@@ -73,7 +75,7 @@ def main() -> None:
     ap.add_argument("--out", default="out/bench")
     ap.add_argument("--timeout-s", default="3000")
     ap.add_argument("--models", default=",".join(DEFAULT))
-    ap.add_argument("--keep", default="benchmarks/data/validate", help="where each run's validate.json and profile.json are copied ('' for nowhere)")
+    ap.add_argument("--keep", default=str(KEPT), help="where each run's validate.json and profile.json are copied ('' for nowhere)")
     ap.add_argument("--report-only", action="store_true", help="summarise the validate.json files already in --out")
     ap.add_argument(
         "--repredict", action="store_true",
@@ -94,10 +96,11 @@ def main() -> None:
             print("$", " ".join(cmd[1:]), file=sys.stderr, flush=True)
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
             if args.keep:
-                kept = Path(args.keep) / args.rate_mbit / model
+                kept = Path(args.keep).resolve() / args.rate_mbit / model
                 kept.mkdir(parents=True, exist_ok=True)
                 for name in ("validate.json", "profile.json"):
-                    shutil.copyfile(out / name, kept / name)
+                    if kept != out:  # --out may be the kept directory itself
+                        shutil.copyfile(out / name, kept / name)
         reports[model] = load_validate_report(out / "validate.json")
         if args.repredict:
             from commsched.formats.io import profile_from_json

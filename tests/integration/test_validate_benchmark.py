@@ -34,7 +34,7 @@ def test_a_stored_run_prints_what_benchmarks_md_shows(rate, model):
     median, worst, p_median, p_worst = (s.rstrip(";") for s in m.groups())
     summary = [line for line in bench.splitlines() if line.startswith(f"| {model} ") and f"benchmarks/data/validate/{rate}/{model}" in line]
     assert summary, f"no summary row for {model} at {rate} Mbit/s citing its stored run"
-    assert any(median in s and worst in s and f"{p_median}, {p_worst}" in s for s in summary), (median, worst, p_median, p_worst)
+    assert any(f"| {median} | {worst}" in s and f"| {p_median}, {p_worst} |" in s for s in summary), (median, worst, p_median, p_worst)
 
 
 def test_the_pair_kept_against_per_turn_prints_what_benchmarks_md_says():

@@ -121,19 +121,22 @@ def test_a_variants_ddp_lives_for_its_turn_only():
 
     import torch.distributed as dist
 
-    from commsched.runtime.validate.probes import SharedWeights, Variant
+    from commsched.runtime.validate.probes import _NO_INIT_SYNC, SharedWeights, Variant
 
+    assert _NO_INIT_SYNC == {"init_sync": False}  # else every turn would broadcast the weights
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         gc.disable()  # the variant must let its DDP go by itself, not by a collection that happens to run
         shared = SharedWeights(_net(), lr=0.1)
         v = Variant(None, shared, (torch.randn(5, 8),), lambda out: out.sum())
         assert v.ddp is None
-        with pytest.raises(CommschedError, match="start"):
-            v.step()
+        for outside in (v.step, v.end):
+            with pytest.raises(CommschedError, match="start"):
+                outside()
         for _ in range(2):  # two turns
             v.start()  # DDP made, its two untimed steps run, their gradients freed
             assert all(p.grad is None for p in v.model.parameters())
+            assert v.ddp._has_rebuilt_buckets  # the second untimed step rebuilt them: no timed step does
             ddp = weakref.ref(v.ddp)
             assert v.step() > 0 and all(p.grad is not None for p in v.model.parameters())
             with pytest.raises(CommschedError, match="end"):

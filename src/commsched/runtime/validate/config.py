@@ -18,7 +18,7 @@ class ValidationConfig:
     image_size: int | None = None
     strategies: tuple[str, ...] = tuple(STRATEGIES)
     rounds: int = 12
-    steps: int = 2  # timed steps per variant per round (one untimed step of each before round 1)
+    steps: int = 2  # timed steps per variant per round (after two untimed ones of the turn's DDP)
     profile_iters: int = 8  # profile steps before the run (for planning); each round repeats ``steps``
     probe_iters: int = 4  # probes (step 3) before the run; each round repeats one
     resamples: int = 200  # bootstrap resamples for the 95% intervals

@@ -525,12 +525,16 @@ class Variant:
         return time.perf_counter() - t0
 
     def end(self) -> None:
-        """The gradients freed and the DDP let go, now: collected at once where something (a
-        recorder's hooks) still holds it in a cycle."""
+        """The gradients freed and the DDP let go, now: collected at once where something still
+        holds it in a cycle; a DDP that outlives that is said (its buckets stay held)."""
+        if self.ddp is None:
+            raise CommschedError("Variant.end outside a turn (Variant.start first)")
         release_grads(self.model)
         ddp, self.ddp = weakref.ref(self.ddp), None
         if ddp() is not None:
             gc.collect()
+            if ddp() is not None:
+                warnings.warn("a variant's DDP outlived its turn: its buckets stay in memory", stacklevel=2)
 
 
 # DDP's set-up broadcasts rank 0's weights (at 500 Mbit/s, 4 s for resnet152's) unless told not to;

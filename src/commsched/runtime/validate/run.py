@@ -375,7 +375,7 @@ def rounds_phase(job: Job, before: Before, variants: dict[str, Variant], after_r
                     [[] for _ in range(job.world)], [[] for _ in range(job.world)], {k: [] for k in names})
     light_kept = 0
     # one untimed profile step first (allocations); each variant's turn starts with its DDP's own
-    # untimed step (:meth:`Variant.start`), then the light step: the first timed step comes after a
+    # two untimed steps (:meth:`Variant.start`), then the light step: the first timed step comes after a
     # switch, a few percent slower for every variant alike (measured on resnet18: 4%), and rounds
     # short and many spread the machine's slow and fast phases (seconds long here) evenly over them
     dist.barrier()
@@ -444,8 +444,8 @@ def record_round(job: Job, before: Before, head: dict, rounds: Rounds) -> None:
 
 def record_phase(job: Job, before: Before, variants: dict[str, Variant]) -> tuple[dict[str, list], list[dict]]:
     """Each variant in turn (:meth:`Variant.start`) runs ``1 + recorded_steps`` steps with a
-    :class:`~commsched.runtime.record.StepRecorder` on its DDP (the first not kept: the first after
-    a switch), then is let go. Returns the recorded steps per variant and every rank's
+    :class:`~commsched.runtime.record.StepRecorder` on its DDP (the first not kept: the recorder's
+    first), then is let go. Returns the recorded steps per variant and every rank's
     {variant: :func:`~commsched.calibrate.report.measured_timeline`}."""
     from commsched.runtime.record import StepRecorder
 
