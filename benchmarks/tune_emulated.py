@@ -28,7 +28,8 @@ MODELS = {
     "tied_lm": ("benchmarks.custom_models:tied_lm", ["--batch-size", "8"]),
     "mixed_mlp": ("benchmarks.custom_models:mixed_mlp", ["--batch-size", "32"]),
     "gated_experts": ("benchmarks.custom_models:gated_experts", ["--batch-size", "32", "--find-unused"]),
-    "regnet_x_400mf": ("regnet_x_400mf", ["--batch-size", "16", "--image-size", "64"]),
+    # 213 tensors, 20 MiB, MBConv blocks (many small tensors): new to tuning on 2026-11-27
+    "efficientnet_b0": ("efficientnet_b0", ["--batch-size", "8", "--image-size", "64"]),
 }
 SWEEP_STEPS = 20  # steps a hand sweep runs at each cap to compare them (5 of them warm-up)
 CAPS = (1, 5, 10, 25, 50, 100)

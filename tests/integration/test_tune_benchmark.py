@@ -31,6 +31,13 @@ def test_the_stored_results_make_the_table_in_benchmarks_md():
     assert "| gated_experts | 202.0 | 202.7 (0.997x) | 25, 200.1 (1.009x) | 200.2 (1.009x) | stock, 11 (0), cost 0.44 s | 120 |" in r.stdout
     assert "| mobilenet_v2 | 142.8 | 144.7 (0.987x) | 5, 142.8 (1.000x) | 146.2 (0.977x) | stock, 11 (0), cost 0.43 s | 120 |" in r.stdout
     assert "| 202.0 | 202.7 (0.997x) |" in bench and "| 142.8 | 144.7 (0.987x) |" in bench
+    r = subprocess.run(
+        [sys.executable, "benchmarks/tune_emulated.py", "--report-only", "--rate-mbit", "500", "--out", "benchmarks/data/tune", "--models", "efficientnet_b0"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "| efficientnet_b0 | 205.8 | 210.8 (0.976x) | 1, 205.0 (1.004x) | 209.2 (0.984x) | stock, 53 (22), cost 0.68 s | 120 |" in r.stdout
+    assert "| 205.8 | 210.8 (0.976x) |" in bench
 
 
 @pytest.mark.parametrize("name", ["tied_lm", "mixed_mlp", "gated_experts"])
