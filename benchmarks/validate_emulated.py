@@ -95,12 +95,11 @@ def main() -> None:
         if not args.report_only:
             print("$", " ".join(cmd[1:]), file=sys.stderr, flush=True)
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-            if args.keep:
-                kept = Path(args.keep).resolve() / args.rate_mbit / model
+            kept = Path(args.keep).resolve() / args.rate_mbit / model if args.keep else out
+            if kept != out:  # nowhere to keep, or --out is the kept directory itself
                 kept.mkdir(parents=True, exist_ok=True)
                 for name in ("validate.json", "profile.json"):
-                    if kept != out:  # --out may be the kept directory itself
-                        shutil.copyfile(out / name, kept / name)
+                    shutil.copyfile(out / name, kept / name)
         reports[model] = load_validate_report(out / "validate.json")
         if args.repredict:
             from commsched.formats.io import profile_from_json
