@@ -56,7 +56,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rate-mbit", default="2000")
     ap.add_argument("--steps", default="500")
-    ap.add_argument("--repeats", default="1")
+    ap.add_argument("--repeats", default="1", help="jobs per variant, the variants in a random order per repeat (paired)")
+    ap.add_argument("--variants", default=None, help="tune_job.py's variants (default: all), e.g. stock,tuned,cap1")
     ap.add_argument("--models", default="resnet18,bert_small,tied_lm,mixed_mlp")
     ap.add_argument("--out", default="out/tune")
     ap.add_argument("--timeout-s", default="0")
@@ -70,7 +71,7 @@ def main() -> None:
             sys.executable, "-m", "commsched", "emulate", "--nodes", "2", "--rate-mbit", args.rate_mbit, "--timeout-s", args.timeout_s, "--",
             str(Path(__file__).resolve().parent / "tune_job.py"), "--model", spec, *extra, "--steps", args.steps,
             "--repeats", args.repeats, "--out", str(out),
-        ]
+        ] + (["--variants", args.variants] if args.variants else [])
         if not args.report_only:
             print("$", " ".join(cmd[1:]), file=sys.stderr, flush=True)
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
