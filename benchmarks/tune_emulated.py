@@ -31,6 +31,7 @@ MODELS = {
     # 213 tensors, 20 MiB, MBConv blocks (many small tensors): new to tuning on 2026-11-27
     "efficientnet_b0": ("efficientnet_b0", ["--batch-size", "8", "--image-size", "64"]),
 }
+FIRST_STEPS = 200  # issue 33's bound on tuning's cost is over a job's first 200 steps
 SWEEP_STEPS = 20  # steps a hand sweep runs at each cap to compare them (5 of them warm-up)
 CAPS = (1, 5, 10, 25, 50, 100)
 
@@ -46,10 +47,32 @@ def summarise(doc: dict) -> dict:
         # what the sweep itself cost: SWEEP_STEPS at every cap, beyond running the best cap throughout
         row["sweep_search_steps"] = SWEEP_STEPS * len(caps)
         row["sweep_with_search_s"] = caps[best] + sum(SWEEP_STEPS * (step[f"cap{c}"] - step[f"cap{best}"]) for c in caps)
+    keys = ("decision", "reason", "steps_to_decide", "steps_by_variant", "trial_pairs", "tuner_own_s", "cost_s", "cost_budget_s")
     if doc["tuning"]:
-        t = doc["tuning"][0]
-        row["tuning"] = {k: t.get(k) for k in ("decision", "reason", "steps_to_decide", "steps_by_variant", "trial_pairs", "tuner_own_s", "cost_s", "cost_budget_s")}
+        row["tuning"] = {k: doc["tuning"][0].get(k) for k in keys}
+        row["tuning_runs"] = [{k: t.get(k) for k in keys} for t in doc["tuning"]]
+    repeats = len(doc["totals_s"]["stock"])
+    if repeats > 1:
+        # paired: repeat r ran every variant once, in a random order, so the ratio of their totals in
+        # one repeat shares that repeat's state of the machine (BENCHMARKS.md, section 11)
+        runs = doc["totals_s"]
+        row["repeats"] = repeats
+        row["paired"] = {v: spread([a / b for a, b in zip(runs["stock"], ts)]) for v, ts in runs.items() if v != "stock" and len(ts) == repeats}
+        head = {v: [sum(run[:FIRST_STEPS]) for run in rs] for v, rs in doc["steps_s"].items() if all(len(run) >= FIRST_STEPS for run in rs)}
+        if "tuned" in head and "stock" in head and len(head["tuned"]) == repeats:
+            # item 2's bound: the first FIRST_STEPS steps, where tuning spends what it spends
+            row["paired_first"] = spread([a / b for a, b in zip(head["stock"], head["tuned"])])
+        if "tuned" in runs and best is not None:
+            row["tuned_vs_best_cap"] = spread([a / b for a, b in zip(runs[f"cap{best}"], runs["tuned"])])
     return row
+
+
+def spread(xs: list[float]) -> dict:
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "values": xs}
+
+
+def fmt_spread(d: dict) -> str:
+    return f"{d['median']:.3f}x [{d['min']:.3f}, {d['max']:.3f}]"
 
 
 def main() -> None:
@@ -91,6 +114,24 @@ def main() -> None:
     for name, r in rows.items():
         caps = ", ".join(f"{c}: {v:.1f}" for c, v in r["caps_s"].items())
         print(f"\n{name}: caps {caps}; tuning: {(r.get('tuning') or {}).get('reason')}")
+    paired = {n: r for n, r in rows.items() if "paired" in r}
+    if paired:
+        print("\nPaired (each repeat runs every variant once; ratios of totals within a repeat, median [min, max]):\n")
+        print(f"| model | repeats | stock DDP median s | tuned median s | tuned vs stock, paired | the same over the first {FIRST_STEPS} steps | best cap vs stock, paired | tuned vs best cap, paired | tuning per repeat: decision, steps to decide (plan steps), cost |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for name, r in paired.items():
+            p, b = r["paired"], r.get("best_cap")
+            tuned = fmt_spread(p["tuned"]) if "tuned" in p else "-"
+            cap = f"{b}: {fmt_spread(p[f'cap{b}'])}" if b is not None else "-"
+            vs_cap = fmt_spread(r["tuned_vs_best_cap"]) if "tuned_vs_best_cap" in r else "-"
+            runs = "; ".join(
+                f"{t.get('decision')}, {t.get('steps_to_decide')} ({(t.get('steps_by_variant') or {}).get('plan', 0)}), {t['cost_s']:.2f} s"
+                if t.get("cost_s") is not None else f"{t.get('decision')}, {t.get('steps_to_decide')}"
+                for t in r.get("tuning_runs", [])
+            )
+            tuned_s = f"{r['tuned_s']:.1f}" if r.get("tuned_s") else "-"
+            first = fmt_spread(r["paired_first"]) if "paired_first" in r else "-"
+            print(f"| {name} | {r['repeats']} | {r['stock_s']:.1f} | {tuned_s} | {tuned} | {first} | {cap} | {vs_cap} | {runs or '-'} |")
 
 
 if __name__ == "__main__":

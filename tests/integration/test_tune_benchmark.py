@@ -52,3 +52,30 @@ def test_the_custom_models_build_by_import_path_and_train(name, monkeypatch):
     assert loss.dim() == 0 and any(grads)
     if name == "gated_experts":
         assert not all(grads)  # one expert a step: the others got no gradient (find_unused_parameters)
+
+
+def test_paired_repeats_are_ratios_within_each_repeat():
+    """With --repeats N every repeat ran each variant once: the table's ratios are taken within a
+    repeat (stock over the variant), not between the variants' medians."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.tune_emulated import summarise
+
+    def runs(*first):  # 200 steps of `first` s each, then 100 of 0.3 s
+        return [[f] * 200 + [0.3] * 100 for f in first]
+
+    doc = {
+        "totals_s": {"stock": [100.0, 120.0, 110.0], "tuned": [101.0, 118.0, 112.0], "cap1": [95.0, 125.0, 100.0]},
+        "steps_s": {"stock": runs(0.2, 0.2, 0.4), "tuned": runs(0.25, 0.2, 0.2), "cap1": runs(0.2, 0.2, 0.2)},
+        "tuning": [{"decision": "stock", "steps_to_decide": 11, "cost_s": 0.3}] * 3,
+    }
+    row = summarise(doc)
+    tuned = row["paired"]["tuned"]
+    assert tuned["values"] == pytest.approx([100 / 101, 120 / 118, 110 / 112])
+    assert tuned["median"] == pytest.approx(100 / 101) and tuned["min"] == pytest.approx(110 / 112) and tuned["max"] == pytest.approx(120 / 118)
+    # not the ratio of the medians (110 / 112 for tuned; 110 / 100 for cap1 against its paired 100 / 95)
+    assert row["best_cap"] == 1 and row["paired"]["cap1"]["median"] == pytest.approx(100 / 95)
+    assert row["tuned_vs_best_cap"]["values"] == pytest.approx([95 / 101, 125 / 118, 100 / 112])
+    assert row["paired_first"]["values"] == pytest.approx([0.8, 1.0, 2.0])  # the first 200 steps' sums, per repeat
+    assert row["repeats"] == 3 and len(row["tuning_runs"]) == 3
+    single = summarise({**doc, "totals_s": {k: v[:1] for k, v in doc["totals_s"].items()}, "tuning": doc["tuning"][:1]})
+    assert "paired" not in single

@@ -7,7 +7,9 @@ step, none repeated or dropped) the :class:`Tuner`:
 1. lets ``warmup_steps`` steps of stock DDP run (DDP's bucket rebuild happens in the second);
 2. records ``calibration_steps`` steps of stock DDP (:class:`~commsched.runtime.record.StepRecorder`:
    every gradient's ready time, every bucket's launch and end) and times every step from its
-   forward to the next; then runs a few small all-reduces on the job's process group;
+   forward to the next; then runs a few small all-reduces on the job's process group, no larger
+   than the model's gradients and only as many as fit tuning's budget (``max_cost``); where the
+   calibration has already spent that budget, stock DDP's buckets stay and nothing is planned;
 3. fits the iteration from those numbers (:func:`commsched.calibrate.in_job.fit_in_job`, the same
    profile combination as ``validate``'s), plans it (``optimal`` by default) and predicts stock DDP's
    defaults under the same model (:func:`commsched.planners.compare.recommend`);
@@ -58,7 +60,7 @@ from torch import nn
 
 from commsched.calibrate.cost_table import PROBE_SIZES as VALIDATE_PROBE_SIZES
 from commsched.calibrate.cost_table import chain_length
-from commsched.calibrate.in_job import Busy, InJobModel, fit_in_job, semantics_for
+from commsched.calibrate.in_job import Busy, InJobModel, fit_in_job, semantics_for, service_times
 from commsched.calibrate.trial import TrialRule, pair_ratios, speedup_interval, verdict_of
 from commsched.errors import CommschedError
 from commsched.planners.compare import best_cap, plan_label
@@ -87,7 +89,8 @@ class TuneConfig:
     for none). ``cluster``: names the cluster in the memory's key (default: the ranks' host names).
     ``out_dir``: where the decision's files go (default: its entry in the memory). ``max_cost``: what
     tuning may cost before it has measured a gain, as a fraction of ``min_job_steps`` steps of stock
-    DDP (:meth:`Tuner.cost_s`); a trial that reaches it keeps stock DDP's buckets.
+    DDP (:meth:`Tuner.cost_s`); the probes stop short of it, a calibration that reached it tries no
+    plan, and a trial that reaches it keeps stock DDP's buckets.
     ``fallback_caps_mb``: the ``bucket_cap_mb`` values the second plan is chosen from (empty: no
     second plan)."""
 
@@ -167,6 +170,26 @@ class _Clock:
             b.synchronize()
             return a.elapsed_time(b) / 1e3
         return b - a
+
+
+def probe_estimate_s(size: int, calls: int, probed: list[Busy], recorded: list[Busy]) -> float:
+    """Seconds ``calls`` all-reduces of ``size`` bytes will take, estimated before they run (for
+    :meth:`Tuner._probe`'s budget). From a reference per-call time at a reference size: the largest
+    size probed so far (its median per call), else the recorded stretch with the fewest bytes per
+    call; the bytes beyond the reference at the fastest rate any recorded stretch moved data (the
+    probes run alone, as fast as the link goes). No recorded data: 0 (nothing to estimate from)."""
+    if not recorded and not probed:
+        return 0.0
+    if probed:
+        top = max(b.bytes / b.calls for b in probed)
+        ref_bytes = top
+        ref_s = statistics.median(b.seconds / b.calls for b in probed if b.bytes / b.calls == top)
+    else:
+        low = min(recorded, key=lambda b: b.bytes / b.calls)
+        ref_bytes, ref_s = low.bytes / low.calls, low.seconds / low.calls
+    rates = [b.bytes / b.seconds for b in recorded if b.seconds > 0]
+    extra_s = max(0.0, size - ref_bytes) / max(rates) if rates else 0.0
+    return calls * (ref_s + extra_s)
 
 
 # --- the tuner ----------------------------------------------------------------------------------
@@ -309,14 +332,21 @@ class Tuner:
         self.recorder_own_s = self.recorder.own_s
         self.recorder = None
         periods = [self.clock.period(k) for k in range(first, first + len(records))]
-        probes = self._probe(cfg.timeout_s)
+        probes = self._probe(cfg.timeout_s, service_times(records))
         payload: bytes | None = None
         if self.rank == 0:
-            try:
-                payload = json.dumps(self._plan_doc(records, periods, probes)).encode()
-            except Exception as e:  # noqa: BLE001 - every rank must hear of it, or they wait for the plan
-                payload = json.dumps({"error": f"{type(e).__name__}: {e}"}).encode()
+            spent, budget = self.cost_s(), self.budget_s()
+            if cfg.keep == "measured" and spent > budget:  # no room left for a trial: no plan either
+                payload = json.dumps({"stop": self._over_budget(spent, budget, "before planning")}).encode()
+            else:
+                try:
+                    payload = json.dumps(self._plan_doc(records, periods, probes)).encode()
+                except Exception as e:  # noqa: BLE001 - every rank must hear of it, or they wait for the plan
+                    payload = json.dumps({"error": f"{type(e).__name__}: {e}"}).encode()
         doc = json.loads(broadcast_bytes(payload, self.group, self.device, self.rank, cfg.timeout_s, "tuning's plan"))
+        if "stop" in doc:
+            self._finish("stock", doc["stop"])
+            return "stock"
         if "error" in doc:  # the job goes on with stock DDP: tuning never stops training
             import warnings
 
@@ -339,15 +369,30 @@ class Tuner:
         self.trial_start = self.step + cfg.rule.block  # one block of the plan first, not timed: DDP's rebuild
         return "plan"
 
-    def _probe(self, timeout_s: float) -> list[Busy]:
+    def _probe(self, timeout_s: float, recorded: list[Busy]) -> list[Busy]:
         """Small all-reduces on the job's group, timed as ``validate`` times its cost table and as
         DDP runs its buckets: chains of ``chain_length(size)`` calls launched back to back and waited
         for together (:mod:`commsched.calibrate.cost_table`), ``PROBE_REPEATS`` chains of each size
         after one untimed call (which also lines the ranks up). One all-reduce timed alone would
         measure the idle link's wake-up too, which DDP's queue of buckets partly hides. Each chain
-        waits at most ``timeout_s`` (``validate``'s chains wait as long as the group's timeout)."""
-        points = []
-        for size in PROBE_SIZES:
+        waits at most ``timeout_s`` (``validate``'s chains wait as long as the group's timeout).
+
+        Sizes larger than every gradient together are not probed (no bucket can be larger), and the
+        probes spend at most what tuning may cost: before each size rank 0 estimates its chains
+        (:func:`probe_estimate_s`) and, where they would take tuning past its budget, every rank
+        stops probing (one small all-reduce carries rank 0's word). On a slow link with short steps
+        the chains of 1 MiB alone can cost more than the 0.75% of 200 steps tuning may spend."""
+        total = sum(self.sizes.values())
+        sizes = [s for s in PROBE_SIZES if s <= max(total, PROBE_SIZES[0])]
+        points: list[Busy] = []
+        for i, size in enumerate(sizes):
+            calls = 1 + PROBE_REPEATS * chain_length(size)
+            fits = True
+            if self.rank == 0:
+                fits = self.cost_s() + probe_estimate_s(size, calls, points, recorded) <= self.budget_s()
+            if not self._agree(fits, timeout_s):
+                self.summary["probes_skipped_bytes"] = sizes[i:]
+                break
             xs = [torch.zeros(size // 4, dtype=torch.float32, device=self.device) for _ in range(chain_length(size))]
             for k in range(PROBE_REPEATS + 1):
                 chain = xs if k else xs[:1]
@@ -363,6 +408,13 @@ class Tuner:
                 if k:
                     points.append(Busy(len(chain), len(chain) * size, time.perf_counter() - t))
         return points
+
+    def _agree(self, ok: bool, timeout_s: float) -> bool:
+        """Rank 0's yes or no on every rank (the others' ``ok`` is not read)."""
+        flag = torch.tensor([0 if ok or self.rank != 0 else 1], dtype=torch.int32, device=self.device)
+        work = dist.all_reduce(flag, group=self.group, async_op=True)
+        wait_until(work, time.monotonic() + timeout_s, "tuning's all-reduce probes", self.rank, "a peer rank has probably died")
+        return int(flag.item()) == 0
 
     def _plan_doc(self, records, periods, probes) -> dict:
         """Rank 0: fit, plan, predict stock DDP's defaults, and whether to try the plan."""
@@ -388,8 +440,14 @@ class Tuner:
         plan, stock = chosen.plan, cmp.stock.plan
         same = plan.strategy in cmp.stock_names
         try_it = not same and (self.cfg.keep != "measured" or not cmp.recommended.stock_kept)  # keep fixed: tried to be reported
+        spent, budget = (self.cost_s(), self.budget_s()) if try_it and self.cfg.keep == "measured" else (0.0, math.inf)
+        over_budget = spent > budget  # a trial could not even start inside the budget
+        if over_budget:
+            try_it = False
         if same:
             reason = f"{plan.strategy} is stock DDP's default buckets"
+        elif over_budget:
+            reason = self._over_budget(spent, budget, f"before {plan.strategy} ({len(plan.buckets)} buckets, predicted {chosen.speedup_vs_ddp - 1:+.1%}) could be tried")
         elif try_it:
             reason = f"{plan.strategy} ({len(plan.buckets)} buckets) predicted {chosen.speedup_vs_ddp - 1:+.1%}: trying it"
         else:
@@ -410,6 +468,11 @@ class Tuner:
             "plan": plan_to_json(plan), "stock": plan_to_json(stock), "try": try_it, "reason": reason, "predicted": predicted,
             "second": plan_to_json(second) if second is not None else None,
         }
+
+    def _over_budget(self, spent: float, budget: float, when: str) -> str:
+        ref = self._reference_s() or 0.0
+        return (f"tuning's calibration cost {spent:.2f} s, more than its budget of {budget:.2f} s ({self.cfg.max_cost:.2%} of "
+                f"{self.cfg.min_job_steps} steps of {ref * 1e3:.0f} ms), {when}: steps this short leave no room for a trial")
 
     def _new_ddp(self, plan) -> nn.parallel.DistributedDataParallel:
         """Stock DDP over the wrapper's module with ``plan``'s caps (None: DDP's defaults), the user's

@@ -139,7 +139,7 @@ def main() -> None:
     if os.environ.get("TUNE_DIE_RANK") == str(rank):  # this rank dies as tuning measures its probes
         from commsched.runtime.tune import Tuner
 
-        Tuner._probe = lambda self, timeout_s: os._exit(3)
+        Tuner._probe = lambda self, *args: os._exit(3)
     slow_first = os.environ.get("TUNE_SLOW_FIRST") == "1"
     if slow_first:
         slow_the_first_plan()
@@ -171,6 +171,7 @@ def main() -> None:
             "trial_pairs": rep["trial_pairs"],
             "cost_s": rep.get("cost_s"),
             "cost_budget_s": rep.get("cost_budget_s"),
+            "probes_skipped_bytes": rep.get("probes_skipped_bytes"),
             "trials": [t["plan"] for t in rep.get("trials", [])],
             "kept": plan_label(dp.tuner.plan) if rep["decision"] == "plan" else "stock",
         })
