@@ -30,6 +30,8 @@ MODELS = {
     "gated_experts": ("benchmarks.custom_models:gated_experts", ["--batch-size", "32", "--find-unused"]),
     # 213 tensors, 20 MiB, MBConv blocks (many small tensors): new to tuning on 2026-11-27
     "efficientnet_b0": ("efficientnet_b0", ["--batch-size", "8", "--image-size", "64"]),
+    # 187 tensors, 52 MB, inception blocks: new to tuning on 2026-11-27 (after efficientnet_b0)
+    "googlenet": ("googlenet", ["--batch-size", "8", "--image-size", "64"]),
 }
 FIRST_STEPS = 200  # issue 33's bound on tuning's cost is over a job's first 200 steps
 SWEEP_STEPS = 20  # steps a hand sweep runs at each cap to compare them (5 of them warm-up)
