@@ -50,15 +50,16 @@ def test_a_plan_predicted_no_faster_is_not_tried(tmp_path):
         assert first["trial_pairs"] == 0
 
 
-def test_tuning_that_spends_its_budget_calibrating_keeps_stock_ddp_without_probes_or_a_trial(tmp_path):
-    # a budget of nothing: the recorder's calibration steps already cost more, so rank 0 calls the
-    # probes off before the first (every rank follows), plans nothing and no plan step runs
+def test_tuning_that_spends_its_budget_calibrating_keeps_stock_ddp_without_a_plan_or_a_trial(tmp_path):
+    # a budget of nothing: the recorder's calibration steps already cost more, so after the smallest
+    # size rank 0 calls the probes off (every rank follows), plans nothing and no plan step runs
     for first, again in _runs(tmp_path, "tied", "measured", "wfbp", "0", "0"):
         assert first["decision"] == "stock" and first["trial_pairs"] == 0
         assert first["steps_by_variant"]["plan"] == 0
-        assert first["probes_skipped_bytes"] == [16 * 1024, 128 * 1024, 1 << 20][: len(first["probes_skipped_bytes"])]
-        assert first["probes_skipped_bytes"]  # the first size was called off, and every one after it
-        assert "more than its budget" in first["reason"] and first["cost_s"] > first["cost_budget_s"] == 0.0
+        # (this model's gradients are smaller than 128 KiB: the smallest size is the only one it has)
+        assert first["probes_skipped_bytes"] in (None, [128 * 1024], [128 * 1024, 1 << 20])
+        assert "more than its budget" in first["reason"] and "before planning" in first["reason"]
+        assert first["cost_s"] > first["cost_budget_s"] == 0.0
         assert again["decision"] == "stock"
 
 

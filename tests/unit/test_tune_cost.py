@@ -49,21 +49,22 @@ def test_max_cost_is_a_fraction():
 
 def test_the_probes_estimate_from_the_largest_size_probed_and_the_fastest_recorded_rate():
     from commsched.calibrate.in_job import Busy
+    from commsched.errors import CommschedError
     from commsched.runtime.tune import probe_estimate_s
 
     kib = 1024
     recorded = [Busy(1, 4 << 20, 0.040, 0.02), Busy(1, 1 << 20, 0.008), Busy(2, 4 << 20, 0.050)]  # fastest: 1 MiB in 8 ms
     rate = (1 << 20) / 0.008
-    # nothing probed yet: the recorded stretch with the fewest bytes per call (1 MiB, 8 ms), and no
-    # extra bytes below it; above it, the extra at the fastest rate
-    assert probe_estimate_s(16 * kib, 17, [], recorded) == pytest.approx(17 * 0.008)
-    assert probe_estimate_s(2 << 20, 3, [], recorded) == pytest.approx(3 * (0.008 + (1 << 20) / rate))
     # 16 KiB probed at 2 ms and 3 ms a call (medians per size); 128 KiB adds 112 KiB at the rate
     probed = [Busy(8, 8 * 16 * kib, 0.016), Busy(8, 8 * 16 * kib, 0.024)]
     assert probe_estimate_s(128 * kib, 17, probed, recorded) == pytest.approx(17 * (0.0025 + 112 * kib / rate))
-    # a size no larger than the one probed costs its per-call time
+    # a size no larger than the one probed costs its per-call time; the largest size probed is the reference
     assert probe_estimate_s(16 * kib, 9, probed, recorded) == pytest.approx(9 * 0.0025)
-    assert probe_estimate_s(1 << 20, 17, [], []) == 0.0
+    probed.append(Busy(8, 8 * 128 * kib, 0.032))
+    assert probe_estimate_s(1 << 20, 17, probed, recorded) == pytest.approx(17 * (0.004 + 896 * kib / rate))
+    assert probe_estimate_s(1 << 20, 17, probed, []) == pytest.approx(17 * 0.004)  # no rate known: no extra
+    with pytest.raises(CommschedError, match="needs a size probed"):
+        probe_estimate_s(1 << 20, 17, [], recorded)
 
 
 class _Work:
@@ -100,11 +101,15 @@ def test_the_probes_stop_where_the_next_size_would_pass_the_budget(monkeypatch):
     from commsched.runtime.tune import PROBE_REPEATS
 
     kib = 1024
-    # 16 KiB: 0 + 0.05 <= 0.07, runs 17 calls; 128 KiB: 0.017 + 0.05 <= 0.07, runs; 1 MiB: 0.034 + 0.05 > 0.07
+    # 16 KiB always runs (17 calls, 0.017 s); 128 KiB: 0.017 + 0.05 <= 0.07, runs; 1 MiB: 0.034 + 0.05 > 0.07
     t, calls = _prober(monkeypatch, 64 << 20, budget_s=0.07, estimate_s=0.05)
     points = t._probe(10.0, [])
-    assert sorted(set(calls["data"])) == [16 * kib, 128 * kib] and calls["flags"] == 3
+    assert sorted(set(calls["data"])) == [16 * kib, 128 * kib] and calls["flags"] == 2
     assert len(points) == 2 * PROBE_REPEATS and t.summary["probes_skipped_bytes"] == [1 << 20]
+    # a budget spent already: the smallest size still runs, the others are called off
+    t, calls = _prober(monkeypatch, 64 << 20, budget_s=0.0, estimate_s=0.0)
+    t._probe(10.0, [])
+    assert set(calls["data"]) == {16 * kib} and t.summary["probes_skipped_bytes"] == [128 * kib, 1 << 20]
     # a budget that holds them all: every size, and nothing said skipped
     t, calls = _prober(monkeypatch, 64 << 20, budget_s=1.0, estimate_s=0.05)
     t._probe(10.0, [])

@@ -174,22 +174,17 @@ class _Clock:
 
 def probe_estimate_s(size: int, calls: int, probed: list[Busy], recorded: list[Busy]) -> float:
     """Seconds ``calls`` all-reduces of ``size`` bytes will take, estimated before they run (for
-    :meth:`Tuner._probe`'s budget). From a reference per-call time at a reference size: the largest
-    size probed so far (its median per call), else the recorded stretch with the fewest bytes per
-    call; the bytes beyond the reference at the fastest rate any recorded stretch moved data (the
-    probes run alone, as fast as the link goes). No recorded data: 0 (nothing to estimate from)."""
-    if not recorded and not probed:
-        return 0.0
-    if probed:
-        top = max(b.bytes / b.calls for b in probed)
-        ref_bytes = top
-        ref_s = statistics.median(b.seconds / b.calls for b in probed if b.bytes / b.calls == top)
-    else:
-        low = min(recorded, key=lambda b: b.bytes / b.calls)
-        ref_bytes, ref_s = low.bytes / low.calls, low.seconds / low.calls
+    :meth:`Tuner._probe`'s budget): the median time per call of the largest size probed so far,
+    plus the bytes beyond it at the fastest rate any recorded stretch moved data (the probes run
+    alone, as fast as the link goes). The per-call time comes from a probe, not from the buckets:
+    a 16 KiB call on the emulated link pays a wake-up of about 2 ms that no bucket's rate shows."""
+    if not probed:
+        raise CommschedError("probe_estimate_s needs a size probed already (the smallest always runs)")
+    top = max(b.bytes / b.calls for b in probed)
+    per_call_s = statistics.median(b.seconds / b.calls for b in probed if b.bytes / b.calls == top)
     rates = [b.bytes / b.seconds for b in recorded if b.seconds > 0]
-    extra_s = max(0.0, size - ref_bytes) / max(rates) if rates else 0.0
-    return calls * (ref_s + extra_s)
+    extra_s = max(0.0, size - top) / max(rates) if rates else 0.0
+    return calls * (per_call_s + extra_s)
 
 
 # --- the tuner ----------------------------------------------------------------------------------
@@ -342,7 +337,10 @@ class Tuner:
                 try:
                     payload = json.dumps(self._plan_doc(records, periods, probes)).encode()
                 except Exception as e:  # noqa: BLE001 - every rank must hear of it, or they wait for the plan
-                    payload = json.dumps({"error": f"{type(e).__name__}: {e}"}).encode()
+                    if isinstance(e, CommschedError) and "probes_skipped_bytes" in self.summary:  # the budget left too few sizes
+                        payload = json.dumps({"stop": f"the probes tuning's budget allowed and the recorded buckets are too few to fit the all-reduce cost ({e})"}).encode()
+                    else:
+                        payload = json.dumps({"error": f"{type(e).__name__}: {e}"}).encode()
         doc = json.loads(broadcast_bytes(payload, self.group, self.device, self.rank, cfg.timeout_s, "tuning's plan"))
         if "stop" in doc:
             self._finish("stock", doc["stop"])
@@ -378,21 +376,22 @@ class Tuner:
         waits at most ``timeout_s`` (``validate``'s chains wait as long as the group's timeout).
 
         Sizes larger than every gradient together are not probed (no bucket can be larger), and the
-        probes spend at most what tuning may cost: before each size rank 0 estimates its chains
-        (:func:`probe_estimate_s`) and, where they would take tuning past its budget, every rank
-        stops probing (one small all-reduce carries rank 0's word). On a slow link with short steps
+        probes spend at most what tuning may cost: before each size after the smallest, rank 0
+        estimates its chains (:func:`probe_estimate_s`) and, where they would take tuning past its
+        budget, every rank stops probing (one small all-reduce carries rank 0's word). On a slow link with short steps
         the chains of 1 MiB alone can cost more than the 0.75% of 200 steps tuning may spend."""
         total = sum(self.sizes.values())
         sizes = [s for s in PROBE_SIZES if s <= max(total, PROBE_SIZES[0])]
         points: list[Busy] = []
         for i, size in enumerate(sizes):
             calls = 1 + PROBE_REPEATS * chain_length(size)
-            fits = True
-            if self.rank == 0:
-                fits = self.cost_s() + probe_estimate_s(size, calls, points, recorded) <= self.budget_s()
-            if not self._agree(fits, timeout_s):
-                self.summary["probes_skipped_bytes"] = sizes[i:]
-                break
+            if i:  # the smallest always runs: the cheapest, and with the buckets it makes a fit possible
+                fits = True
+                if self.rank == 0:
+                    fits = self.cost_s() + probe_estimate_s(size, calls, points, recorded) <= self.budget_s()
+                if not self._agree(fits, timeout_s):
+                    self.summary["probes_skipped_bytes"] = sizes[i:]
+                    break
             xs = [torch.zeros(size // 4, dtype=torch.float32, device=self.device) for _ in range(chain_length(size))]
             for k in range(PROBE_REPEATS + 1):
                 chain = xs if k else xs[:1]
