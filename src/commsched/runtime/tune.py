@@ -378,8 +378,8 @@ class Tuner:
         Sizes larger than every gradient together are not probed (no bucket can be larger), and the
         probes spend at most what tuning may cost: before each size after the smallest, rank 0
         estimates its chains (:func:`probe_estimate_s`) and, where they would take tuning past its
-        budget, every rank stops probing (one small all-reduce carries rank 0's word). On a slow link with short steps
-        the chains of 1 MiB alone can cost more than the 0.75% of 200 steps tuning may spend."""
+        budget, every rank stops probing (one small all-reduce carries rank 0's word). On a slow
+        link with short steps the 1 MiB chains alone can cost more than tuning may spend."""
         total = sum(self.sizes.values())
         sizes = [s for s in PROBE_SIZES if s <= max(total, PROBE_SIZES[0])]
         points: list[Busy] = []
