@@ -38,6 +38,43 @@ def test_the_stored_results_make_the_table_in_benchmarks_md():
     assert r.returncode == 0, r.stderr[-2000:]
     assert "| efficientnet_b0 | 205.8 | 210.8 (0.976x) | 1, 205.0 (1.004x) | 209.2 (0.984x) | stock, 53 (22), cost 0.68 s | 120 |" in r.stdout
     assert "| 205.8 | 210.8 (0.976x) |" in bench
+    r = subprocess.run(
+        [sys.executable, "benchmarks/tune_emulated.py", "--report-only", "--out", "benchmarks/data/tune", "--models", "googlenet"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "| googlenet | 152.7 | 146.1 (1.045x) | 1, 146.4 (1.043x) | 150.0 (1.018x) | plan, 37 (15), cost 0.04 s | 120 |" in r.stdout
+    assert "| 152.7 | 146.1 (**1.045x**) | 1, 146.4 (1.043x) | 150.0 (1.018x) |" in bench
+
+
+PAIRED = {  # rate: {model: the row's cells from "tuned vs stock" to the tuning per repeat, as BENCHMARKS.md has them}
+    "2000": {
+        "gated_experts": "0.993x [0.992, 0.993] | 0.996x [0.991, 0.996] | - | - | stock, 11 (0), 0.10 s; stock, 11 (0), 0.11 s; stock, 11 (0), 0.10 s",
+        "resnet18": "1.016x [0.971, 1.023] | 0.999x [0.984, 1.014] | 1: 1.063x [1.060, 1.065] | 0.954x [0.913, 0.965] | stock, 11 (0), 0.21 s; plan, 37 (15), 0.10 s; plan, 77 (35), 0.29 s",
+    },
+    "500": {
+        "efficientnet_b0": "0.997x [0.995, 0.998] | 0.998x [0.987, 1.002] | - | - | stock, 11 (0), 0.43 s; stock, 11 (0), 0.42 s; stock, 11 (0), 0.42 s",
+        "mobilenet_v2": "1.005x [1.003, 1.012] | 1.002x [0.993, 1.025] | - | - | stock, 11 (0), 0.42 s; stock, 11 (0), 0.43 s; stock, 11 (0), 0.42 s",
+    },
+}
+
+
+@pytest.mark.parametrize("rate", sorted(PAIRED))
+def test_the_paired_runs_make_their_rows_in_benchmarks_md(rate):
+    r = subprocess.run(
+        [sys.executable, "benchmarks/tune_emulated.py", "--report-only", "--rate-mbit", rate, "--out", "benchmarks/data/tune/paired",
+         "--models", ",".join(PAIRED[rate])],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    bench = (ROOT / "BENCHMARKS.md").read_text()
+    for model, cells in PAIRED[rate].items():
+        assert f"| {model} | 3 |" in r.stdout and f"| {cells} |" in r.stdout, (model, r.stdout)
+        # BENCHMARKS.md bolds the tuned ratio (the first cell) and names the cap in its header
+        first, rest = cells.split(" | ", 1)
+        tuned, spread = first.split(" ", 1)
+        row = f"| **{tuned}** {spread} | {rest.replace('1: ', '')} |"
+        assert row in bench, (model, row)
 
 
 @pytest.mark.parametrize("name", ["tied_lm", "mixed_mlp", "gated_experts"])
