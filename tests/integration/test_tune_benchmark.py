@@ -55,6 +55,7 @@ PAIRED = {  # rate: {model: the row's cells from "tuned vs stock" to the tuning 
     "500": {
         "efficientnet_b0": "0.997x [0.995, 0.998] | 0.998x [0.987, 1.002] | - | - | stock, 11 (0), 0.43 s; stock, 11 (0), 0.42 s; stock, 11 (0), 0.42 s",
         "mobilenet_v2": "1.005x [1.003, 1.012] | 1.002x [0.993, 1.025] | - | - | stock, 11 (0), 0.42 s; stock, 11 (0), 0.43 s; stock, 11 (0), 0.42 s",
+        "tied_lm": "1.085x [1.083, 1.106] | 1.074x [1.071, 1.097] | 1: 1.121x [1.110, 1.125] | 0.977x [0.962, 0.987] | plan, 37 (15), -0.17 s; plan, 37 (15), -0.22 s; plan, 37 (15), -0.16 s",
     },
 }
 
