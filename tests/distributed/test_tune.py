@@ -122,3 +122,24 @@ def test_a_first_plan_that_loses_hands_over_to_a_second_and_the_gradients_stay_s
     assert [t["plan"] for t in decision["trials"]] == by_rank[0][0]["trials"]
     assert decision["trials"][0]["measured_speedup"]["median"] < 1.0  # its interval may reach 1 on a slow machine (max_pairs)
     assert "bucket_cap_mb=" in (entry / "report.html").read_text()
+
+
+@pytest.mark.parametrize("model", ["tied", "unused"])
+def test_a_first_plan_that_wins_is_raced_by_a_second_and_the_gradients_stay_stock_ddps(tmp_path, monkeypatch, model):
+    """TUNE_SLOW_STOCK: stock DDP's trial steps run 200 ms slower, so the first plan (wfbp) wins; a
+    cap's plan then races wfbp (not stock DDP), on every rank; whichever of the two is kept, the
+    parameters are stock DDP's (unused: each switch builds the DDP afresh)."""
+    monkeypatch.setenv("TUNE_SLOW_STOCK", "1")
+    by_rank = _runs(tmp_path, model, "measured", "wfbp", "0")
+    for first, again in by_rank:
+        assert first["decision"] == "plan" and (first["kept"] == "wfbp" or first["kept"].startswith("bucket_cap_mb="))
+        assert first["trial_pairs"] >= 2 + 2  # the first plan's two pairs to keep it, then the second's
+        assert again["from_memory"] and again["kept"] == first["kept"]
+    assert by_rank[0][0]["trials"][0] == "wfbp" and by_rank[0][0]["trials"][1].startswith("bucket_cap_mb=")
+    assert by_rank[0][0]["against"] == ["stock", "wfbp"]
+    assert by_rank[0][0]["kept"] == by_rank[1][0]["kept"]
+    entry = next(p for p in tmp_path.iterdir() if p.is_dir())
+    decision = json.loads((entry / "decision.json").read_text())
+    assert decision["kept"] == by_rank[0][0]["kept"] and decision["plan"]["strategy"] in ("wfbp", "ddp")
+    assert decision["trials"][0]["measured_speedup"]["median"] > 1.0
+    assert "bucket_cap_mb=" in (entry / "report.html").read_text()

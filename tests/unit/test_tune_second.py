@@ -1,6 +1,6 @@
-"""Tuning's second plan: when the trial finds the first plan no faster and the cost is inside its
-budget, the bucket_cap_mb predicted fastest is tried the same way (and only then); the choice of
-that cap (planners.compare.best_cap)."""
+"""Tuning's second plan: once the first plan has its verdict and the cost is inside its budget, the
+bucket_cap_mb predicted fastest is tried the same way, against stock DDP's defaults where the first
+lost and against the first where it won; the choice of that cap (planners.compare.best_cap)."""
 
 from __future__ import annotations
 
@@ -90,6 +90,8 @@ def _tuner(monkeypatch, cfg: TuneConfig, first, second, stock, fresh: bool = Tru
     t._new_ddp = lambda plan: ("ddp", plan_label(plan) if plan is not None else "stock")
     t.phase, t.decision, t.reason, t.entry, t.recorder, t.comparison, t.key, t.decided_at = "trial", None, "", None, None, None, "k", None
     t.plan, t.second_plan, t.stock_plan = first, second, stock
+    t.incumbent = t.incumbent_ddp = None
+    t.trial_plan, t.trial_against, t.last_speedup = first, "stock", None
     t.plan_ddp = None if fresh else t._new_ddp(first)
     t.trials, t.tried_plans, t.summary, t.ratios = [], [], {}, []
     t.pairs = t.pairs_before = 0
@@ -106,7 +108,7 @@ def _tuner(monkeypatch, cfg: TuneConfig, first, second, stock, fresh: bool = Tru
 
 
 def _run(t: Tuner, speed: dict[str, float], steps: int) -> list[str]:
-    """Run ``steps`` steps: a step takes speed[label of the plan tried] (plan) or 1.0 (stock)."""
+    """Run ``steps`` steps: a step takes speed[label of the plan it runs] (1.0 on stock DDP)."""
     ran = []
     for _ in range(steps):
         if t.phase == "done":
@@ -115,9 +117,10 @@ def _run(t: Tuner, speed: dict[str, float], steps: int) -> list[str]:
         t._switch(v)
         t.variant_of.append(v)
         t.own_by_step.append(0.0)
-        t.clock.periods.append(speed[plan_label(t.plan)] if v == "plan" else 1.0)
+        on = {"plan": t.plan, "incumbent": t.incumbent}.get(v)
+        t.clock.periods.append(speed[plan_label(on)] if on is not None else 1.0)
         t.clock.stamps.append(0.0)
-        ran.append(f"{v}:{plan_label(t.plan)}" if v == "plan" else v)
+        ran.append(f"{v}:{plan_label(on)}" if on is not None else v)
         t.step += 1
     return ran
 
@@ -171,12 +174,57 @@ def test_no_second_plan_once_the_budget_is_spent(monkeypatch):
     assert not any("bucket_cap_mb" in r for r in ran) and "trials" not in t.report()
 
 
-def test_a_first_plan_that_wins_is_kept_without_trying_the_second(monkeypatch):
+@pytest.mark.parametrize("fresh", [True, False])
+def test_a_first_plan_that_wins_is_raced_by_the_second_which_replaces_it_only_when_measured_faster(monkeypatch, fresh):
     first, second, stock = _plans()
-    t = _tuner(monkeypatch, TuneConfig(warmup_steps=3, calibration_steps=8, rule=RULE, max_cost=0.5, log=False), first, second, stock)
+    t = _tuner(monkeypatch, TuneConfig(warmup_steps=3, calibration_steps=8, rule=RULE, max_cost=0.5, log=False), first, second, stock, fresh)
     ran = _run(t, {"wfbp": 0.9, "bucket_cap_mb=5": 0.8}, 200)
+    assert t.decision == "plan" and t.plan is second and t.incumbent is None
+    assert t.active == ("ddp", "bucket_cap_mb=5")
+    # the first plan: its untimed block and 6 pairs against stock; then the second's untimed block
+    # and 6 pairs against the first, never against stock DDP
+    after = ran[ran.index("plan:bucket_cap_mb=5"):]
+    assert ran.count("plan:wfbp") == 2 + 6 * 2 and "stock" not in after
+    assert after.count("incumbent:wfbp") == 6 * 2
+    doc = t.report()
+    assert doc["kept"] == "bucket_cap_mb=5" and doc["steps_by_variant"]["plan"] == len(ran) - ran.count("stock")  # the first plan as incumbent counts
+    assert [(tr["plan"], tr["against"]) for tr in doc["trials"]] == [("wfbp", "stock"), ("bucket_cap_mb=5", "wfbp")]
+    assert doc["measured_speedup"]["against"] == "wfbp" and doc["measured_speedup"]["median"] == pytest.approx(0.9 / 0.8)
+    assert doc["reason"].startswith("bucket_cap_mb=5: measured 1.125x") and "over wfbp's buckets" in doc["reason"]
+    # the report chains the second plan's speedup over stock DDP through the first's
+    v = tune_mod._trial_as_validate(doc, [first, second], stock, RULE, 2, "gloo")
+    assert v["best_measured"] == "bucket_cap_mb=5"
+    assert v["strategies"]["bucket_cap_mb=5"]["speedup_vs_stock_ddp"] == pytest.approx(1 / 0.8)
+    assert v["strategies"]["wfbp"]["measured_s"] == pytest.approx(0.9) and v["stock_ddp"]["measured_s"] == 1.0
+
+
+@pytest.mark.parametrize("fresh", [True, False])
+def test_a_first_plan_that_wins_stays_when_the_second_is_no_faster_than_it(monkeypatch, fresh):
+    first, second, stock = _plans()
+    t = _tuner(monkeypatch, TuneConfig(warmup_steps=3, calibration_steps=8, rule=RULE, max_cost=0.5, log=False), first, second, stock, fresh)
+    ran = _run(t, {"wfbp": 0.9, "bucket_cap_mb=5": 0.95}, 200)
+    assert t.decision == "plan" and t.plan is first and t.incumbent is None
+    assert t.active == ("ddp", "wfbp")  # the first plan's DDP runs on (built afresh or the one kept)
+    assert fresh or t.plan_ddp is t.active
+    assert ran.count("plan:bucket_cap_mb=5") == 2 + 3 * 2  # its untimed block and 3 pairs to reject it
+    doc = t.report()
+    assert doc["kept"] == "wfbp" and doc["measured_speedup"]["against"] == "stock"
+    assert doc["measured_speedup"]["median"] == pytest.approx(1 / 0.9)  # the kept plan's own, over stock DDP
+    assert doc["reason"].startswith("wfbp: measured 1.111x") and "after it, bucket_cap_mb=5: measured 0.947x" in doc["reason"]
+    assert doc["trials"][1]["measured_speedup"]["median"] == pytest.approx(0.9 / 0.95)
+    v = tune_mod._trial_as_validate(doc, [first, second], stock, RULE, 2, "gloo")
+    assert v["best_measured"] == "wfbp" and len(v["strategies"]["wfbp"]) and v["stock_ddp"]["measured_s"] == 1.0
+
+
+def test_a_second_plan_slower_than_stock_ddp_ends_on_the_budget_and_the_first_stays(monkeypatch):
+    first, second, stock = _plans()
+    # 1% of 200 one-second steps is 2 s; the first plan banks 0.05 s a step (14 steps: 0.7 s); the
+    # second, 0.8 s slower a step, spends that and the budget in its first blocks
+    t = _tuner(monkeypatch, TuneConfig(warmup_steps=3, calibration_steps=8, rule=RULE, max_cost=0.01, log=False), first, second, stock)
+    ran = _run(t, {"wfbp": 0.95, "bucket_cap_mb=5": 1.8}, 200)
     assert t.decision == "plan" and t.plan is first
-    assert not any("bucket_cap_mb" in r for r in ran)
+    assert "more than its budget" in t.reason and "before bucket_cap_mb=5 measured faster than wfbp's buckets" in t.reason
+    assert ran.count("plan:bucket_cap_mb=5") <= 2 + 2 + 1
 
 
 def test_the_budget_also_ends_the_second_trial(monkeypatch):

@@ -17,11 +17,13 @@ step, none repeated or dropped) the :class:`Tuner`:
    module with the plan's bucket caps (:func:`commsched.ddp_options`) and runs the two in
    alternating blocks (:mod:`commsched.calibrate.trial`): the plan is kept only when it measured
    faster with a 95% interval above 1;
-5. where the trial found the plan no faster and its cost is still inside the budget, tries a second
+5. once the first plan has its verdict and tuning's cost is still inside the budget, tries a second
    plan the same way: the ``bucket_cap_mb`` of ``fallback_caps_mb`` (a user's hand sweep) predicted
    fastest under the same model, if it is predicted faster than stock DDP's defaults at all and its
-   buckets differ from both (docs/design.md, "Tuning inside the job", says why); otherwise, or if it
-   loses too, stock DDP's default buckets stay;
+   buckets differ from both. Where the first plan lost, the second races stock DDP's defaults;
+   where it won, the second races the first (the model cannot rank plans a few percent apart:
+   docs/design.md, "Tuning inside the job") and replaces it only where it measured faster than it
+   with a 95% interval above 1. With no plan measured faster, stock DDP's default buckets stay;
 6. from then on routes every forward to the DDP kept and lets the other go.
 
 Rank 0 measures and decides; every rank follows its broadcast decision (the broadcasts wait at most
@@ -232,7 +234,12 @@ class Tuner:
         self.active_variant = "stock"
         self.plan = None
         self.stock_plan = None
-        self.second_plan = None  # tried when the first loses (module docstring, 5)
+        self.second_plan = None  # tried after the first's trial (module docstring, 5)
+        # the first plan once it measured faster than stock DDP: the second plan races it, not stock
+        self.incumbent = None
+        self.incumbent_ddp: nn.parallel.DistributedDataParallel | None = None
+        self.trial_plan = None  # the plan of the current (or last) trial, and what it raced
+        self.trial_against = "stock"
         self.trials: list[dict] = []  # the trials that ended with another plan to try after them
         self.tried_plans: list = []  # their plans
         self.model: InJobModel | None = None
@@ -241,6 +248,7 @@ class Tuner:
         self.pairs = 0
         self.pairs_before = 0  # the pairs of the trials before this one
         self.last_why = ""  # the last verdict's own words (reason adds the trial before it)
+        self.last_speedup: dict | None = None  # the last trial's measured speedup, against its baseline
         self.ratios: list[float] = []
         self.decision: str | None = None
         self.reason = ""
@@ -279,10 +287,10 @@ class Tuner:
         if variant == self.active_variant and (self.active is not None or variant == "stock"):
             return
         if not self.fresh_per_switch:
-            self.active = self.plan_ddp if variant == "plan" else None
+            self.active = {"plan": self.plan_ddp, "incumbent": self.incumbent_ddp}.get(variant)
         else:
             self.active = None  # the previous one goes first: its reducer's hooks with it
-            self.active = self._new_ddp(self.plan if variant == "plan" else None)
+            self.active = self._new_ddp({"plan": self.plan, "incumbent": self.incumbent}.get(variant))
         self.active_variant = variant
 
     def _advance(self) -> str:
@@ -364,6 +372,7 @@ class Tuner:
         if not self.fresh_per_switch:
             self.plan_ddp = self._new_ddp(self.plan)
         self.phase = "trial"
+        self.trial_plan = self.plan
         self.trial_start = self.step + cfg.rule.block  # one block of the plan first, not timed: DDP's rebuild
         return "plan"
 
@@ -492,7 +501,9 @@ class Tuner:
 
     def _trial_step(self) -> str:
         """The variant of the current step: the plan's untimed first block, then pairs of blocks,
-        stock first in even pairs and the plan first in odd ones (a linear drift cancels)."""
+        the baseline first in even pairs and the plan first in odd ones (a linear drift cancels).
+        The baseline is stock DDP's defaults, or the first plan where it measured faster and the
+        second plan races it ("incumbent")."""
         rule, k = self.cfg.rule, self.step
         if k < self.trial_start:
             return "plan"
@@ -505,7 +516,8 @@ class Tuner:
                 return "plan" if self.decision == "plan" else "stock"
             if k < self.trial_start:  # a second plan's first block begins
                 return "plan"
-        first, second = ("stock", "plan") if pair % 2 == 0 else ("plan", "stock")
+        base = "stock" if self.incumbent is None else "incumbent"
+        first, second = (base, "plan") if pair % 2 == 0 else ("plan", base)
         return first if within < rule.block else second
 
     def _blocks(self) -> tuple[list[list[float]], list[list[float]]]:
@@ -519,54 +531,74 @@ class Tuner:
                 (plan if self.variant_of[ks[0]] == "plan" else stock).append(times)
         return stock, plan
 
+    def _baseline(self) -> str:
+        """What the current trial's plan is measured against, in words."""
+        return "stock DDP's defaults" if self.incumbent is None else f"{plan_label(self.incumbent)}'s buckets"
+
     def _decide_after_pair(self) -> bool:
-        """Rank 0's verdict after each pair, broadcast: the trial's rule, or stock DDP's buckets once
+        """Rank 0's verdict after each pair, broadcast: the trial's rule, or the baseline once
         tuning has cost more than ``max_cost`` (:meth:`budget_s`) without a verdict for the plan.
         The first check comes after the first pair, not before: a good plan must get a pair to
-        start paying back the probes and its first block."""
+        start paying back the probes and its first block. Where the first plan has a verdict either
+        way inside the budget and there is a second plan, the second's trial follows: against stock
+        DDP's defaults where the first lost, against the first where it won (module docstring, 5)."""
         payload = None
         if self.rank == 0:
             stock, plan = self._blocks()
             self.ratios = pair_ratios(stock, plan)
             med, lo, hi = speedup_interval(self.ratios, self.cfg.rule.resamples, self.cfg.rule.seed)
             doc: dict = {"verdict": verdict_of(len(self.ratios), lo, hi, self.cfg.rule)}
-            doc["measured_speedup"] = {"median": med, "ci95": [lo, hi], "pairs": len(self.ratios)}
-            doc["why"] = f"measured {med:.3f}x [{lo:.3f}, {hi:.3f}] over stock DDP's defaults in {len(self.ratios)} pairs of {self.cfg.rule.block} steps"
+            against = "stock" if self.incumbent is None else plan_label(self.incumbent)
+            doc["measured_speedup"] = {"median": med, "ci95": [lo, hi], "pairs": len(self.ratios), "against": against}
+            doc["why"] = f"measured {med:.3f}x [{lo:.3f}, {hi:.3f}] over {self._baseline()} in {len(self.ratios)} pairs of {self.cfg.rule.block} steps"
             cost, budget = self.cost_s(), self.budget_s()
             if doc["verdict"] != "plan" and cost > budget:
                 doc["verdict"] = "stock"
                 doc["why"] = (f"tuning cost {cost:.2f} s, more than its budget of {budget:.2f} s ({self.cfg.max_cost:.2%} of "
-                              f"{self.cfg.min_job_steps} steps), before the plan measured faster ({doc['why']})")
-            elif doc["verdict"] == "stock" and self.second_plan is not None:
-                doc["verdict"], doc["next"] = None, True  # the first plan lost inside the budget: the second's turn
+                              f"{self.cfg.min_job_steps} steps), before {plan_label(self.plan)} measured faster than {self._baseline()} ({doc['why']})")
+            elif doc["verdict"] is not None and self.second_plan is not None and cost <= budget:
+                doc["next"], doc["verdict"] = doc["verdict"], None  # the second plan's turn, against the winner
             payload = json.dumps(doc).encode()
         doc = json.loads(broadcast_bytes(payload, self.group, self.device, self.rank, self.cfg.timeout_s, "tuning's verdict"))
         v = doc["verdict"]
         if doc.get("next"):
-            self._start_second_trial(doc)
+            self._start_second_trial(doc, won=doc["next"] == "plan")
             return False
         if v is None:
             return False
+        self.last_speedup, self.last_why = doc["measured_speedup"], doc["why"]
         self.summary["measured_speedup"] = doc["measured_speedup"]
-        self.last_why = doc["why"]
         keep = v if self.cfg.keep == "measured" else self.cfg.keep
         why = doc["why"] + ("" if keep == v else f"; keeping {keep} as asked (keep={self.cfg.keep!r})")
-        if self.trials:
+        if self.incumbent is not None and keep == "stock":  # the second plan did not beat the first: the first stays
+            before = self.trials[-1]
+            self.summary["measured_speedup"] = before["measured_speedup"]
+            why = f"{before['plan']}: {before['why']}; after it, {plan_label(self.plan)}: {why}"
+            self.plan, self.plan_ddp, keep = self.incumbent, self.incumbent_ddp, "plan"
+            self.active_variant = "none"  # _finish's switch goes to the first plan's DDP whatever ran last
+        elif self.trials:
             why = f"{plan_label(self.plan)}: {why}; before it, {self.trials[-1]['plan']}: {self.trials[-1]['why']}"
+        self.incumbent = self.incumbent_ddp = None
         self._finish(keep, why)
         return True
 
-    def _start_second_trial(self, doc: dict) -> None:
-        """The first plan lost: remember its trial, make the second plan the one tried, its first
-        block (not timed) from this step on."""
+    def _start_second_trial(self, doc: dict, won: bool) -> None:
+        """The first plan has its verdict: remember its trial, make the second plan the one tried,
+        its first block (not timed) from this step on, against the first plan where it ``won``
+        (kept, with its DDP, as the incumbent) or else against stock DDP's defaults."""
         steps = self._trial_steps() if self.rank == 0 else {"stock_steps_s": [], "plan_steps_s": []}  # rank 0 measures (on CUDA: no event syncs elsewhere)
         self.trials.append(self._trial_record(doc["measured_speedup"], doc["why"], steps))
         if self.rank == 0 and self.cfg.log:
-            print(f"commsched tune: {plan_label(self.plan)} lost ({doc['why']}); trying {plan_label(self.second_plan)} "
+            what = "measured faster" if won else "lost"
+            how = f"racing {plan_label(self.second_plan)} against it" if won else f"trying {plan_label(self.second_plan)}"
+            print(f"commsched tune: {plan_label(self.plan)} {what} ({doc['why']}); {how} "
                   f"({len(self.second_plan.buckets)} buckets)", file=sys.stderr, flush=True)
         self.tried_plans.append(self.plan)
+        if won:
+            self.incumbent, self.incumbent_ddp = self.plan, self.plan_ddp
         self.plan, self.second_plan = self.second_plan, None
-        self.plan_ddp = None  # the first plan's buckets go with it
+        self.trial_plan, self.trial_against = self.plan, plan_label(self.incumbent) if won else "stock"
+        self.plan_ddp = None  # a losing first plan's buckets go with it
         if not self.fresh_per_switch:
             self.plan_ddp = self._new_ddp(self.plan)
         self.active_variant = "none"  # the step's switch goes to the new plan's DDP whatever ran before
@@ -633,10 +665,12 @@ class Tuner:
 
     def report(self) -> dict:
         """What tuning did, its steps and cost (on rank 0 the measurements too)."""
-        counts = {"stock": self.variant_of.count("stock"), "plan": self.variant_of.count("plan")}
+        stock = self.variant_of.count("stock")
+        counts = {"stock": stock, "plan": len(self.variant_of) - stock}  # plan: every step off stock DDP's defaults
         doc = {
             "schema": SCHEMA,
             "decision": self.decision,
+            "kept": plan_label(self.plan) if self.decision == "plan" and self.plan is not None else "stock",
             "reason": self.reason,
             "key": self.key,
             "steps_to_decide": self.decided_at,
@@ -651,7 +685,7 @@ class Tuner:
         if self.rank == 0 and self.decision is not None and self.pairs:
             doc["trial"] = self._trial_steps()
             if self.trials:  # every plan tried, in order; "trial" is the last one's
-                doc["trials"] = [*self.trials, self._trial_record(self.summary.get("measured_speedup"), self.last_why, doc["trial"])]
+                doc["trials"] = [*self.trials, self._trial_record(self.last_speedup, self.last_why, doc["trial"])]
         return doc
 
     def _trial_steps(self) -> dict:
@@ -660,9 +694,11 @@ class Tuner:
         return {"stock_steps_s": [t for b in stock for t in b], "plan_steps_s": [t for b in plan for t in b]}
 
     def _trial_record(self, speedup: dict | None, why: str, steps: dict) -> dict:
-        """The current trial as ``trials`` lists it: the plan tried, its verdict and its steps."""
+        """The current trial as ``trials`` lists it: the plan tried, what it raced (``against``:
+        "stock" or the first plan's label; ``stock_steps_s`` are that baseline's steps), its verdict
+        and its steps."""
         return {
-            "plan": plan_label(self.plan), "bucket_bytes": [b.bytes for b in self.plan.buckets],
+            "plan": plan_label(self.trial_plan), "bucket_bytes": [b.bytes for b in self.trial_plan.buckets], "against": self.trial_against,
             "measured_speedup": speedup, "why": why, "pairs": self.pairs, **steps,
         }
 
@@ -734,7 +770,7 @@ class Tuner:
         sections = [plan_section(self.comparison)]
         trial = doc.get("trial")
         if trial and trial["stock_steps_s"] and trial["plan_steps_s"]:
-            trial_doc = _trial_as_validate(doc, [*self.tried_plans, self.plan], self.stock_plan, self.cfg.rule, self.world, self.backend)
+            trial_doc = _trial_as_validate(doc, [*self.tried_plans, self.trial_plan], self.stock_plan, self.cfg.rule, self.world, self.backend)
             sections.append(validate_section(trial_doc, source="decision.json"))
         write_report(self.entry / "report.html", sections)
 
@@ -742,7 +778,9 @@ class Tuner:
 def _trial_as_validate(doc: dict, plans: list, stock_plan, rule: TrialRule, world: int, backend: str) -> dict:
     """The trials in the shape of a ``validate.json`` (what the HTML report's measured section reads):
     a row per plan tried (``plans``, in order; ``doc["trials"]`` has their steps when there were
-    several), stock DDP's row from the steps of every trial."""
+    several), stock DDP's row from the steps of every trial against stock DDP. A plan that raced
+    the first plan instead (``against``) has its speedup over stock DDP chained through the first's:
+    the product of the two medians, and of the two intervals' ends (not a paired measurement)."""
 
     def row(p, steps: list[float], speedup: dict) -> dict:
         measured = statistics.median(steps)
@@ -756,15 +794,26 @@ def _trial_as_validate(doc: dict, plans: list, stock_plan, rule: TrialRule, worl
 
     unknown = {"median": 1.0, "ci95": [1.0, 1.0]}
     trials = doc.get("trials") or [{**doc["trial"], "measured_speedup": doc.get("measured_speedup")}]
-    strategies, stock_steps = {}, []
+    strategies, stock_steps, plan_steps, vs_stock = {}, [], {}, {}
     for plan, trial in zip(plans, trials):
-        stock_steps += trial["stock_steps_s"]
-        if trial["plan_steps_s"]:
-            strategies[plan_label(plan)] = row(plan, trial["plan_steps_s"], trial.get("measured_speedup") or unknown)
+        label, against = plan_label(plan), trial.get("against", "stock")
+        speedup = trial.get("measured_speedup") or unknown
+        if against == "stock":
+            stock_steps += trial["stock_steps_s"]
+        else:  # its baseline's steps are the first plan's
+            plan_steps.setdefault(against, []).extend(trial["stock_steps_s"])
+            via = vs_stock.get(against, unknown)
+            speedup = {"median": speedup["median"] * via["median"], "ci95": [a * b for a, b in zip(speedup["ci95"], via["ci95"])]}
+        vs_stock[label] = speedup
+        plan_steps.setdefault(label, []).extend(trial["plan_steps_s"])
+    for plan in plans:
+        label = plan_label(plan)
+        if plan_steps.get(label):
+            strategies[label] = row(plan, plan_steps[label], vs_stock[label])
     return {
         "model": plans[-1].model, "batch_size": 1, "world_size": world, "backend": backend,
         "rounds": max(1, len(doc["trial"]["plan_steps_s"]) // rule.block), "steps_per_round": rule.block,
-        "best_measured": plan_label(plans[-1]) if doc["decision"] == "plan" else "stock_ddp",
+        "best_measured": doc["kept"] if doc["decision"] == "plan" else "stock_ddp",
         "strategies": strategies,
         "stock_ddp": row(stock_plan, stock_steps, unknown),
     }

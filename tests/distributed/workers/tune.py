@@ -7,7 +7,9 @@ argv: MODEL (tied | unused | mixed | net) KEEP (measured | plan | stock) STRATEG
 Environment: TUNE_CUDA=1 (NCCL, a GPU per rank), TUNE_DIE_RANK=R (rank R dies at the probes),
 TUNE_TOTAL_STEPS=N (the job says it runs N steps), TUNE_SLOW_FIRST=1 (the first plan tried runs
 30 ms slower a step, so that it loses, and the second plan is any cap of 4 or 16 KiB whose buckets
-differ from it and from stock DDP's, predicted faster or not: the path through two trials).
+differ from it and from stock DDP's, predicted faster or not: the path through two trials),
+TUNE_SLOW_STOCK=1 (stock DDP's trial steps run 200 ms slower, so that the first plan wins, and the
+second plan, chosen as above, races it: the other path through two trials).
 """
 
 from __future__ import annotations
@@ -91,15 +93,43 @@ def train(wrapped: nn.Module, module: nn.Module, rank: int) -> None:
         opt.step()
 
 
-def slow_the_first_plan() -> None:
-    """TUNE_SLOW_FIRST (module docstring): the first plan's DDP sleeps 30 ms in each forward; the
-    second plan is chosen among the caps without the model's say (than_s infinite)."""
+def any_cap_second() -> None:
+    """The second plan is chosen among the caps without the model's say (than_s infinite)."""
     import math
+
+    from commsched.runtime import tune as tune_mod
+
+    real_best = tune_mod.best_cap
+    tune_mod.best_cap = lambda profile, cost, sem, caps, others, than_s: real_best(profile, cost, sem, caps, others, math.inf)
+
+
+def slow_stock_ddp() -> None:
+    """TUNE_SLOW_STOCK (module docstring): each trial step on stock DDP's defaults sleeps 200 ms after
+    its forward (the calibration's steps do not: the fit and the plan are the job's own). Less would
+    not do: wfbp's one all-reduce per tensor costs these models 15-35 ms a step on gloo."""
+    import time
+
+    from commsched.runtime.data_parallel import DataParallel
+
+    real = DataParallel.forward
+
+    def forward(self, *inputs, **kwargs):
+        out = real(self, *inputs, **kwargs)
+        if self.tuner is not None and self.tuner.phase == "trial" and self.tuner.active_variant == "stock":
+            time.sleep(0.2)
+        return out
+
+    DataParallel.forward = forward
+    any_cap_second()
+
+
+def slow_the_first_plan() -> None:
+    """TUNE_SLOW_FIRST (module docstring): the first plan's DDP sleeps 30 ms in each forward."""
     import time
 
     from commsched.runtime import tune as tune_mod
 
-    real_new, real_best = tune_mod.Tuner._new_ddp, tune_mod.best_cap
+    real_new = tune_mod.Tuner._new_ddp
     first_tuner: list = []  # the first job's tuner: the restart's remembered plan runs at its own speed
 
     def new_ddp(self, plan):
@@ -117,7 +147,7 @@ def slow_the_first_plan() -> None:
         return ddp
 
     tune_mod.Tuner._new_ddp = new_ddp
-    tune_mod.best_cap = lambda profile, cost, sem, caps, others, than_s: real_best(profile, cost, sem, caps, others, math.inf)
+    any_cap_second()
 
 
 def main() -> None:
@@ -143,6 +173,9 @@ def main() -> None:
     slow_first = os.environ.get("TUNE_SLOW_FIRST") == "1"
     if slow_first:
         slow_the_first_plan()
+    slow_stock = os.environ.get("TUNE_SLOW_STOCK") == "1"
+    if slow_stock:
+        slow_stock_ddp()
     unused = MODEL == "unused"
     ref = make()
     train(DDP(ref, find_unused_parameters=unused), ref, rank)
@@ -152,7 +185,7 @@ def main() -> None:
         rule=TrialRule(block=1, min_pairs_reject=2, min_pairs_keep=2, max_pairs=4), log=True,
         total_steps=int(os.environ["TUNE_TOTAL_STEPS"]) if os.environ.get("TUNE_TOTAL_STEPS") else None,
         # the slow first plan costs 30 ms a step: a budget of 2000 steps leaves room for the second
-        **({"fallback_caps_mb": (4 / 1024, 16 / 1024), "min_job_steps": 2000} if slow_first else {}),
+        **({"fallback_caps_mb": (4 / 1024, 16 / 1024), "min_job_steps": 2000} if slow_first or slow_stock else {}),
     )
     out = {"rank": rank, "runs": []}
     for _ in range(2):  # the second run is a restart of the same job: from memory
@@ -173,6 +206,7 @@ def main() -> None:
             "cost_budget_s": rep.get("cost_budget_s"),
             "probes_skipped_bytes": rep.get("probes_skipped_bytes"),
             "trials": [t["plan"] for t in rep.get("trials", [])],
+            "against": [t["against"] for t in rep.get("trials", [])],
             "kept": plan_label(dp.tuner.plan) if rep["decision"] == "plan" else "stock",
         })
         del dp
