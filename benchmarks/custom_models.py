@@ -7,7 +7,10 @@
 - ``mixed_mlp``: a wide MLP with its middle layers in bfloat16 and the rest in float32 (DDP
   buckets each dtype apart);
 - ``gated_experts``: a small mixture of experts (4 expert MLPs, top-1 routing by a hashed token
-  id), so some experts get no gradient in some steps: trained with ``find_unused_parameters=True``.
+  id), so some experts get no gradient in some steps: trained with ``find_unused_parameters=True``;
+- ``lstm_lm``: a recurrent language model (an 8k-word embedding, 2 LSTM layers of 512, an untied
+  output layer): 11 tensors, 48 MiB, the embedding and the output layer 16 MiB each; its backward
+  is a scan back through time, each LSTM layer's weights ready only at its end.
 """
 
 from __future__ import annotations
@@ -87,3 +90,25 @@ def gated_experts(batch_size: int = 32):
     x = torch.randn(batch_size, 3, 32, 32, generator=g)
     y = torch.randint(0, 10, (batch_size,), generator=g)
     return GatedExperts(), (x,), lambda out: nn.functional.cross_entropy(out, y)
+
+
+class LSTMLM(nn.Module):
+    def __init__(self, width: int = 512, layers: int = 2) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, width)
+        self.rnn = nn.LSTM(width, width, layers, batch_first=True)
+        self.head = nn.Linear(width, VOCAB)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(self.rnn(self.emb(tokens))[0])
+
+
+def lstm_lm(batch_size: int = 8):
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, VOCAB, (batch_size, SEQ // 2 + 1), generator=g)
+    model = LSTMLM()
+
+    def loss_fn(logits: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
+
+    return model, (tokens[:, :-1],), loss_fn
