@@ -189,6 +189,7 @@ def test_a_first_plan_that_wins_is_raced_by_the_second_which_replaces_it_only_wh
     doc = t.report()
     assert doc["kept"] == "bucket_cap_mb=5" and doc["steps_by_variant"]["plan"] == len(ran) - ran.count("stock")  # the first plan as incumbent counts
     assert [(tr["plan"], tr["against"]) for tr in doc["trials"]] == [("wfbp", "stock"), ("bucket_cap_mb=5", "wfbp")]
+    assert doc["trial"]["against"] == "wfbp" and doc["trial"]["stock_steps_s"] == [0.9] * 12  # the last trial's baseline: wfbp's steps
     assert doc["measured_speedup"]["against"] == "wfbp" and doc["measured_speedup"]["median"] == pytest.approx(0.9 / 0.8)
     assert doc["reason"].startswith("bucket_cap_mb=5: measured 1.125x") and "over wfbp's buckets" in doc["reason"]
     # the report chains the second plan's speedup over stock DDP through the first's

@@ -94,12 +94,14 @@ class TuneConfig:
     DDP (:meth:`Tuner.cost_s`); the probes stop short of it, a calibration that reached it tries no
     plan, and a trial that reaches it keeps stock DDP's buckets.
     ``fallback_caps_mb``: the ``bucket_cap_mb`` values the second plan is chosen from (empty: no
-    second plan)."""
+    second plan). ``min_gain``: what a plan must be predicted to gain over stock DDP's defaults to be
+    tried; 1%, not the 3% ``plan`` and ``plan_for`` ask before applying a plan unmeasured: here the
+    trial measures it and the budget bounds what a plan that loses costs (docs/design.md)."""
 
     strategy: str = "optimal"
     warmup_steps: int = 3
     calibration_steps: int = 8
-    min_gain: float = 0.03
+    min_gain: float = 0.01
     max_cost: float = 0.0075
     rule: TrialRule = field(default_factory=TrialRule)
     keep: Literal["measured", "plan", "stock"] = "measured"
@@ -683,7 +685,7 @@ class Tuner:
             **self.summary,
         }
         if self.rank == 0 and self.decision is not None and self.pairs:
-            doc["trial"] = self._trial_steps()
+            doc["trial"] = {**self._trial_steps(), "against": self.trial_against}  # its stock_steps_s: what it raced
             if self.trials:  # every plan tried, in order; "trial" is the last one's
                 doc["trials"] = [*self.trials, self._trial_record(self.last_speedup, self.last_why, doc["trial"])]
         return doc
