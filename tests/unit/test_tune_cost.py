@@ -1,5 +1,6 @@
-"""What tuning says it cost (Tuner.cost_s): the plan's steps over stock DDP's median step, and the
-tuner's own work inside stock steps; stock steps themselves are free."""
+"""What tuning says it cost (Tuner.cost_s): the steps off stock DDP's defaults (a plan tried, or the
+first plan it races) over stock DDP's median step, and the tuner's own work inside stock steps;
+stock steps themselves are free."""
 
 from __future__ import annotations
 
@@ -32,6 +33,16 @@ def test_the_cost_is_the_plans_excess_and_the_tuners_work_in_stock_steps():
     assert t._reference_s() == 1.0  # the warm-up's slow steps are not the reference
     assert t.cost_s() == pytest.approx(0.01 + 0.5 + 0.02 + 0.1 + 0.0 + 0.03)
     assert t.budget_s() == pytest.approx(0.005 * 200 * 1.0)
+
+
+def test_the_first_plans_steps_in_a_race_count_as_plan_steps():
+    # the first plan won (0.9 s a step) and races a second (1.2 s): both are off stock DDP, so the
+    # first's gains offset the second's losses, as the job sees them
+    cfg = TuneConfig(warmup_steps=2)
+    periods = [9.0, 9.0, 1.0, 1.0, 0.9, 0.9, 1.2, 1.2, 0.9]
+    variants = ["stock"] * 4 + ["plan", "plan", "plan", "plan", "incumbent", "incumbent"]
+    t = _tuner(periods, variants, [0.0] * 10, cfg)
+    assert t.cost_s() == pytest.approx(0.01 - 0.1 - 0.1 + 0.2 + 0.2 - 0.1)
 
 
 def test_a_plan_step_whose_period_is_not_closed_counts_its_own_work():

@@ -617,9 +617,10 @@ class Tuner:
         return statistics.median(stock) if stock else None
 
     def cost_s(self) -> float:
-        """Seconds tuning has cost so far against stock DDP's defaults throughout: the steps run with
-        the plan, each less stock DDP's median step (``_reference_s``; the plan's first step carries
-        the probes and the planning), and the tuner's own work inside stock DDP's steps (the
+        """Seconds tuning has cost so far against stock DDP's defaults throughout: the steps run off
+        them (the plan tried, or the first plan it races), each less stock DDP's median step
+        (``_reference_s``; the plan's first step carries the probes and the planning), and the
+        tuner's own work inside stock DDP's steps (the
         recorder's hooks, switches, broadcasts, the route in progress). Stock steps themselves cost
         nothing: they are what the job would have run."""
         ref = self._reference_s()
@@ -629,7 +630,7 @@ class Tuner:
         last = len(self.clock.stamps) - 1  # periods known: up to the last stamp
         cost = getattr(self, "recorder_own_s", 0.0)
         for k in range(c0, len(self.variant_of)):
-            if self.variant_of[k] == "plan":
+            if self.variant_of[k] != "stock":  # the plan tried, or the first plan it races
                 cost += (self.clock.period(k) - ref) if k < last else self.own_by_step[k]
             else:
                 cost += self.own_by_step[k]
