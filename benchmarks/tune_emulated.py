@@ -109,7 +109,7 @@ def main() -> None:
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         rows[name] = summarise(json.loads(out.read_text()))
     print(f"Rate {args.rate_mbit} Mbit/s, {args.steps} steps per job.\n")
-    print("| model | stock DDP defaults s | tuned s (vs stock) | best cap: MiB, s (vs stock) | sweep with its search s (vs stock) | tuning: decision, steps to decide (plan steps), its cost | sweep's search steps |")
+    print("| model | stock DDP defaults s | tuned s (vs stock) | best cap: MiB, s (vs stock) | sweep with its search s (vs stock) | tuning: kept, steps to decide (plan steps), its cost | sweep's search steps |")
     print("|---|---|---|---|---|---|---|")
     for name, r in rows.items():
         s = r["stock_s"]
@@ -126,7 +126,7 @@ def main() -> None:
     paired = {n: r for n, r in rows.items() if "paired" in r}
     if paired:
         print("\nPaired (each repeat runs every variant once; ratios of totals within a repeat, median [min, max]):\n")
-        print(f"| model | repeats | stock DDP median s | tuned median s | tuned vs stock, paired | the same over the first {FIRST_STEPS} steps | best cap vs stock, paired | tuned vs best cap, paired | tuning per repeat: decision, steps to decide (plan steps), cost |")
+        print(f"| model | repeats | stock DDP median s | tuned median s | tuned vs stock, paired | the same over the first {FIRST_STEPS} steps | best cap vs stock, paired | tuned vs best cap, paired | tuning per repeat: kept, steps to decide (plan steps), cost |")
         print("|---|---|---|---|---|---|---|---|---|")
         for name, r in paired.items():
             p, b = r["paired"], r.get("best_cap")

@@ -48,6 +48,7 @@ def test_a_plan_predicted_no_faster_is_not_tried(tmp_path):
     for first, _ in _runs(tmp_path, "net", "measured", "optimal", "0.9"):
         assert first["decision"] == "stock" and first["steps_by_variant"]["plan"] == 0
         assert first["trial_pairs"] == 0
+        assert "under tuning's min gain of 90.0%: not tried" in first["reason"] or "is stock DDP's default buckets" in first["reason"]
 
 
 def test_tuning_that_spends_its_budget_calibrating_keeps_stock_ddp_without_a_plan_or_a_trial(tmp_path):

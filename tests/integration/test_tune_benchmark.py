@@ -39,37 +39,49 @@ def test_the_stored_results_make_the_table_in_benchmarks_md():
     assert "| efficientnet_b0 | 205.8 | 210.8 (0.976x) | 1, 205.0 (1.004x) | 209.2 (0.984x) | stock, 53 (22), cost 0.68 s | 120 |" in r.stdout
     assert "| 205.8 | 210.8 (0.976x) |" in bench
     r = subprocess.run(
-        [sys.executable, "benchmarks/tune_emulated.py", "--report-only", "--out", "benchmarks/data/tune", "--models", "googlenet"],
+        [sys.executable, "benchmarks/tune_emulated.py", "--report-only", "--out", "benchmarks/data/tune", "--models", "googlenet,lstm_lm"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )
     assert r.returncode == 0, r.stderr[-2000:]
     assert "| googlenet | 152.7 | 146.1 (1.045x) | 1, 146.4 (1.043x) | 150.0 (1.018x) | plan, 37 (15), cost 0.04 s | 120 |" in r.stdout
     assert "| 152.7 | 146.1 (**1.045x**) | 1, 146.4 (1.043x) | 150.0 (1.018x) |" in bench
+    assert "| lstm_lm | 160.3 | 160.9 (0.996x) | 10, 159.6 (1.004x) | 161.2 (0.994x) | stock, 11 (0), cost 0.21 s | 120 |" in r.stdout
+    assert "| 160.3 | 160.9 (0.996x) | 10, 159.6 (1.004x) | 161.2 (0.994x) |" in bench
 
 
-PAIRED = {  # rate: {model: the row's cells from "tuned vs stock" to the tuning per repeat, as BENCHMARKS.md has them}
-    "2000": {
+PAIRED = {  # (folder, rate): {model: the row's cells from "tuned vs stock" to the tuning per repeat, as BENCHMARKS.md has them}
+    ("paired", "2000"): {
         "gated_experts": "0.993x [0.992, 0.993] | 0.996x [0.991, 0.996] | - | - | stock, 11 (0), 0.10 s; stock, 11 (0), 0.11 s; stock, 11 (0), 0.10 s",
         "resnet18": "1.016x [0.971, 1.023] | 0.999x [0.984, 1.014] | 1: 1.063x [1.060, 1.065] | 0.954x [0.913, 0.965] | stock, 11 (0), 0.21 s; plan, 37 (15), 0.10 s; plan, 77 (35), 0.29 s",
     },
-    "500": {
+    ("paired", "500"): {
         "efficientnet_b0": "0.997x [0.995, 0.998] | 0.998x [0.987, 1.002] | - | - | stock, 11 (0), 0.43 s; stock, 11 (0), 0.42 s; stock, 11 (0), 0.42 s",
         "mobilenet_v2": "1.005x [1.003, 1.012] | 1.002x [0.993, 1.025] | - | - | stock, 11 (0), 0.42 s; stock, 11 (0), 0.43 s; stock, 11 (0), 0.42 s",
         "tied_lm": "1.085x [1.083, 1.106] | 1.074x [1.071, 1.097] | 1: 1.121x [1.110, 1.125] | 0.977x [0.962, 0.987] | plan, 37 (15), -0.17 s; plan, 37 (15), -0.22 s; plan, 37 (15), -0.16 s",
     },
+    ("race", "2000"): {
+        "resnet18": "1.066x [0.996, 1.077] | 1.040x [0.999, 1.057] | 1: 1.061x [1.059, 1.068] | 0.998x [0.939, 1.017] | bucket_cap_mb=1, 83 (61), 0.21 s; stock, 11 (0), 0.19 s; optimal, 103 (81), -0.57 s",
+    },
+    ("race_gain1", "2000"): {
+        "resnet18": "1.017x [0.996, 1.028] | 1.011x [1.004, 1.021] | 1: 1.053x [1.051, 1.069] | 0.962x [0.949, 0.966] | bucket_cap_mb=1, 103 (49), 0.10 s; optimal, 37 (15), 0.18 s; optimal, 51 (29), 0.06 s",
+    },
+    ("race", "500"): {
+        "tied_lm": "1.114x [1.107, 1.116] | 1.097x [1.094, 1.101] | 1: 1.111x [1.100, 1.113] | 1.002x [0.997, 1.013] | bucket_cap_mb=1, 67 (45), -1.21 s; bucket_cap_mb=1, 67 (45), -1.03 s; optimal, 51 (29), -0.66 s",
+    },
 }
 
 
-@pytest.mark.parametrize("rate", sorted(PAIRED))
-def test_the_paired_runs_make_their_rows_in_benchmarks_md(rate):
+@pytest.mark.parametrize("where", sorted(PAIRED))
+def test_the_paired_runs_make_their_rows_in_benchmarks_md(where):
+    folder, rate = where
     r = subprocess.run(
-        [sys.executable, "benchmarks/tune_emulated.py", "--report-only", "--rate-mbit", rate, "--out", "benchmarks/data/tune/paired",
-         "--models", ",".join(PAIRED[rate])],
+        [sys.executable, "benchmarks/tune_emulated.py", "--report-only", "--rate-mbit", rate, "--out", f"benchmarks/data/tune/{folder}",
+         "--models", ",".join(PAIRED[where])],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )
     assert r.returncode == 0, r.stderr[-2000:]
     bench = (ROOT / "BENCHMARKS.md").read_text()
-    for model, cells in PAIRED[rate].items():
+    for model, cells in PAIRED[where].items():
         assert f"| {model} | 3 |" in r.stdout and f"| {cells} |" in r.stdout, (model, r.stdout)
         # BENCHMARKS.md bolds the tuned ratio (the first cell) and names the cap in its header
         first, rest = cells.split(" | ", 1)
@@ -78,7 +90,7 @@ def test_the_paired_runs_make_their_rows_in_benchmarks_md(rate):
         assert row in bench, (model, row)
 
 
-@pytest.mark.parametrize("name", ["tied_lm", "mixed_mlp", "gated_experts"])
+@pytest.mark.parametrize("name", ["tied_lm", "mixed_mlp", "gated_experts", "lstm_lm"])
 def test_the_custom_models_build_by_import_path_and_train(name, monkeypatch):
     from commsched.models.source import build
 

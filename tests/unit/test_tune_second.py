@@ -79,10 +79,11 @@ class _Clock:
         return self.periods[k]
 
 
-def _tuner(monkeypatch, cfg: TuneConfig, first, second, stock, fresh: bool = True) -> Tuner:
+def _tuner(monkeypatch, cfg: TuneConfig, first, second, stock, fresh: bool = True, beats_stock: bool = True) -> Tuner:
     """A Tuner on rank 0 at the start of its trial (calibration done at step ``start``), no process
     group; its DDPs are ("ddp", label) tuples. ``fresh``: each switch builds the DDP afresh (as
-    under find_unused_parameters), else one plan DDP is kept across switches."""
+    under find_unused_parameters), else one plan DDP is kept across switches. ``beats_stock``:
+    whether the model predicts the second plan faster than stock DDP's defaults."""
     monkeypatch.setattr(tune_mod, "broadcast_bytes", lambda payload, *a, **k: payload)
     t = object.__new__(Tuner)
     t.cfg, t.rank, t.group, t.device, t.world, t.backend = cfg, 0, None, None, 2, "gloo"
@@ -91,6 +92,7 @@ def _tuner(monkeypatch, cfg: TuneConfig, first, second, stock, fresh: bool = Tru
     t.phase, t.decision, t.reason, t.entry, t.recorder, t.comparison, t.key, t.decided_at = "trial", None, "", None, None, None, "k", None
     t.plan, t.second_plan, t.stock_plan = first, second, stock
     t.incumbent = t.incumbent_ddp = None
+    t.second_beats_stock = beats_stock
     t.trial_plan, t.trial_against, t.last_speedup = first, "stock", None
     t.plan_ddp = None if fresh else t._new_ddp(first)
     t.trials, t.tried_plans, t.summary, t.ratios = [], [], {}, []
@@ -155,6 +157,21 @@ def test_a_first_plan_that_loses_inside_the_budget_hands_over_to_the_second(monk
     # the report shows both plans against stock DDP's steps of both trials
     v = tune_mod._trial_as_validate(doc, [first, second], stock, RULE, 2, "gloo")
     assert set(v["strategies"]) == {"wfbp", "bucket_cap_mb=5"} and v["best_measured"] == "bucket_cap_mb=5"
+
+
+def test_a_second_plan_predicted_no_faster_than_stock_ddp_follows_no_first_plan_that_lost(monkeypatch):
+    first, second, stock = _plans()
+    t = _tuner(monkeypatch, TuneConfig(warmup_steps=3, calibration_steps=8, rule=RULE, max_cost=0.5, log=False), first, second, stock, beats_stock=False)
+    ran = _run(t, {"wfbp": 1.05, "bucket_cap_mb=5": 0.9}, 200)
+    assert t.decision == "stock" and not any("bucket_cap_mb" in r for r in ran)
+
+
+def test_a_second_plan_predicted_no_faster_than_stock_ddp_still_races_a_first_plan_that_won(monkeypatch):
+    first, second, stock = _plans()
+    t = _tuner(monkeypatch, TuneConfig(warmup_steps=3, calibration_steps=8, rule=RULE, max_cost=0.5, log=False), first, second, stock, beats_stock=False)
+    _run(t, {"wfbp": 0.9, "bucket_cap_mb=5": 0.8}, 200)
+    assert t.decision == "plan" and t.plan is second
+    assert [tr["against"] for tr in t.report()["trials"]] == ["stock", "wfbp"]
 
 
 def test_a_second_plan_that_loses_too_leaves_stock_ddp(monkeypatch):

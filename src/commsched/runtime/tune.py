@@ -19,9 +19,9 @@ step, none repeated or dropped) the :class:`Tuner`:
    faster with a 95% interval above 1;
 5. once the first plan has its verdict and tuning's cost is still inside the budget, tries a second
    plan the same way: the ``bucket_cap_mb`` of ``fallback_caps_mb`` (a user's hand sweep) predicted
-   fastest under the same model, if it is predicted faster than stock DDP's defaults at all and its
-   buckets differ from both. Where the first plan lost, the second races stock DDP's defaults;
-   where it won, the second races the first (the model cannot rank plans a few percent apart:
+   fastest under the same model whose buckets differ from both. Where the first plan lost, the
+   second races stock DDP's defaults, if it is predicted faster than them at all; where it won,
+   the second races the first whatever its prediction (the model cannot rank plans a few percent apart:
    docs/design.md, "Tuning inside the job") and replaces it only where it measured faster than it
    with a 95% interval above 1. With no plan measured faster, stock DDP's default buckets stay;
 6. from then on routes every forward to the DDP kept and lets the other go.
@@ -237,6 +237,7 @@ class Tuner:
         self.plan = None
         self.stock_plan = None
         self.second_plan = None  # tried after the first's trial (module docstring, 5)
+        self.second_beats_stock = False  # whether the model predicts it faster than stock DDP's defaults
         # the first plan once it measured faster than stock DDP: the second plan races it, not stock
         self.incumbent = None
         self.incumbent_ddp: nn.parallel.DistributedDataParallel | None = None
@@ -367,6 +368,7 @@ class Tuner:
         self.stock_plan = plan_from_json(doc["stock"], where="tuning's stock plan")
         if doc.get("second") is not None:
             self.second_plan = plan_from_json(doc["second"], where="tuning's second plan")
+            self.second_beats_stock = bool(doc["predicted"]["second"]["beats_stock"])
         self.summary["predicted"] = doc["predicted"]
         if not doc["try"]:
             self._finish("stock", doc["reason"])
@@ -461,7 +463,8 @@ class Tuner:
         elif try_it:
             reason = f"{plan.strategy} ({len(plan.buckets)} buckets) predicted {chosen.speedup_vs_ddp - 1:+.1%}: trying it"
         else:
-            reason = cmp.recommended.reason
+            reason = (f"stock DDP's default buckets: {plan.strategy} ({len(plan.buckets)} buckets) is predicted {chosen.speedup_vs_ddp - 1:+.1%} "
+                      f"against them, under tuning's min gain of {self.cfg.min_gain:.1%}: not tried")
         predicted = {
             "plan_s": chosen.timeline.iteration_s, "stock_s": cmp.stock.timeline.iteration_s,
             "plan_bucket_bytes": [b.bytes for b in plan.buckets], "model": model.to_json(), "profile": profile_to_json(profile),
@@ -469,11 +472,16 @@ class Tuner:
         second = None
         if try_it and self.cfg.keep == "measured":
             try:  # a second plan that cannot be made must not keep the first from its trial
-                second, second_s = best_cap(profile, model.cost, sem, self.cfg.fallback_caps_mb, (plan, stock), cmp.stock.timeline.iteration_s)
+                # the cap the model ranks first, predicted faster than stock DDP or not: it races a
+                # first plan that won whatever its prediction, and follows one that lost only if predicted faster
+                second, second_s = best_cap(profile, model.cost, sem, self.cfg.fallback_caps_mb, (plan, stock), math.inf)
             except CommschedError as e:
                 predicted["second_error"] = str(e)
             if second is not None:
-                predicted["second"] = {"label": plan_label(second), "plan_s": second_s, "bucket_bytes": [b.bytes for b in second.buckets]}
+                predicted["second"] = {
+                    "label": plan_label(second), "plan_s": second_s, "bucket_bytes": [b.bytes for b in second.buckets],
+                    "beats_stock": second_s < cmp.stock.timeline.iteration_s,
+                }
         return {
             "plan": plan_to_json(plan), "stock": plan_to_json(stock), "try": try_it, "reason": reason, "predicted": predicted,
             "second": plan_to_json(second) if second is not None else None,
@@ -542,8 +550,9 @@ class Tuner:
         tuning has cost more than ``max_cost`` (:meth:`budget_s`) without a verdict for the plan.
         The first check comes after the first pair, not before: a good plan must get a pair to
         start paying back the probes and its first block. Where the first plan has a verdict either
-        way inside the budget and there is a second plan, the second's trial follows: against stock
-        DDP's defaults where the first lost, against the first where it won (module docstring, 5)."""
+        way inside the budget and there is a second plan, the second's trial follows: against the
+        first where it won, against stock DDP's defaults where it lost and the second is predicted
+        faster than them (module docstring, 5)."""
         payload = None
         if self.rank == 0:
             stock, plan = self._blocks()
@@ -558,7 +567,7 @@ class Tuner:
                 doc["verdict"] = "stock"
                 doc["why"] = (f"tuning cost {cost:.2f} s, more than its budget of {budget:.2f} s ({self.cfg.max_cost:.2%} of "
                               f"{self.cfg.min_job_steps} steps), before {plan_label(self.plan)} measured faster than {self._baseline()} ({doc['why']})")
-            elif doc["verdict"] is not None and self.second_plan is not None and cost <= budget:
+            elif doc["verdict"] is not None and self.second_plan is not None and cost <= budget and (doc["verdict"] == "plan" or self.second_beats_stock):
                 doc["next"], doc["verdict"] = doc["verdict"], None  # the second plan's turn, against the winner
             payload = json.dumps(doc).encode()
         doc = json.loads(broadcast_bytes(payload, self.group, self.device, self.rank, self.cfg.timeout_s, "tuning's verdict"))

@@ -9,7 +9,7 @@ TUNE_TOTAL_STEPS=N (the job says it runs N steps), TUNE_SLOW_FIRST=1 (the first 
 30 ms slower a step, so that it loses, and the second plan is any cap of 4 or 16 KiB whose buckets
 differ from it and from stock DDP's, predicted faster or not: the path through two trials),
 TUNE_SLOW_STOCK=1 (stock DDP's trial steps run 200 ms slower, so that the first plan wins, and the
-second plan, chosen as above, races it: the other path through two trials).
+cap the model ranks first races it: the other path through two trials).
 """
 
 from __future__ import annotations
@@ -94,13 +94,17 @@ def train(wrapped: nn.Module, module: nn.Module, rank: int) -> None:
 
 
 def any_cap_second() -> None:
-    """The second plan is chosen among the caps without the model's say (than_s infinite)."""
-    import math
-
+    """The second plan is the cap the model ranks first, said to be predicted faster than stock DDP
+    (0 s) whatever the model predicts, so that it follows a first plan that lost."""
     from commsched.runtime import tune as tune_mod
 
     real_best = tune_mod.best_cap
-    tune_mod.best_cap = lambda profile, cost, sem, caps, others, than_s: real_best(profile, cost, sem, caps, others, math.inf)
+
+    def best(profile, cost, sem, caps, others, than_s):
+        plan, _ = real_best(profile, cost, sem, caps, others, than_s)
+        return plan, 0.0
+
+    tune_mod.best_cap = best
 
 
 def slow_stock_ddp() -> None:
@@ -120,7 +124,6 @@ def slow_stock_ddp() -> None:
         return out
 
     DataParallel.forward = forward
-    any_cap_second()
 
 
 def slow_the_first_plan() -> None:
