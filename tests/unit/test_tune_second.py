@@ -134,12 +134,13 @@ def _plans():
 
 
 RULE = TrialRule(block=2, min_pairs_reject=3, min_pairs_keep=6, max_pairs=16)
+ROOMY = TuneConfig(warmup_steps=3, calibration_steps=8, rule=RULE, max_cost=0.5, log=False)  # a budget no test here reaches
 
 
 @pytest.mark.parametrize("fresh", [True, False])
 def test_a_first_plan_that_loses_inside_the_budget_hands_over_to_the_second(monkeypatch, fresh):
     first, second, stock = _plans()
-    t = _tuner(monkeypatch, TuneConfig(warmup_steps=3, calibration_steps=8, rule=RULE, max_cost=0.5, log=False), first, second, stock, fresh)
+    t = _tuner(monkeypatch, ROOMY, first, second, stock, fresh)
     ran = _run(t, {"wfbp": 1.05, "bucket_cap_mb=5": 0.9}, 200)
     assert t.decision == "plan" and t.plan is second and t.second_plan is None
     assert t.active == ("ddp", "bucket_cap_mb=5")  # the second plan's DDP runs on, the first's is gone
@@ -161,14 +162,14 @@ def test_a_first_plan_that_loses_inside_the_budget_hands_over_to_the_second(monk
 
 def test_a_second_plan_predicted_no_faster_than_stock_ddp_follows_no_first_plan_that_lost(monkeypatch):
     first, second, stock = _plans()
-    t = _tuner(monkeypatch, TuneConfig(warmup_steps=3, calibration_steps=8, rule=RULE, max_cost=0.5, log=False), first, second, stock, beats_stock=False)
+    t = _tuner(monkeypatch, ROOMY, first, second, stock, beats_stock=False)
     ran = _run(t, {"wfbp": 1.05, "bucket_cap_mb=5": 0.9}, 200)
     assert t.decision == "stock" and not any("bucket_cap_mb" in r for r in ran)
 
 
 def test_a_second_plan_predicted_no_faster_than_stock_ddp_still_races_a_first_plan_that_won(monkeypatch):
     first, second, stock = _plans()
-    t = _tuner(monkeypatch, TuneConfig(warmup_steps=3, calibration_steps=8, rule=RULE, max_cost=0.5, log=False), first, second, stock, beats_stock=False)
+    t = _tuner(monkeypatch, ROOMY, first, second, stock, beats_stock=False)
     _run(t, {"wfbp": 0.9, "bucket_cap_mb=5": 0.8}, 200)
     assert t.decision == "plan" and t.plan is second
     assert [tr["against"] for tr in t.report()["trials"]] == ["stock", "wfbp"]
@@ -176,7 +177,7 @@ def test_a_second_plan_predicted_no_faster_than_stock_ddp_still_races_a_first_pl
 
 def test_a_second_plan_that_loses_too_leaves_stock_ddp(monkeypatch):
     first, second, stock = _plans()
-    t = _tuner(monkeypatch, TuneConfig(warmup_steps=3, calibration_steps=8, rule=RULE, max_cost=0.5, log=False), first, second, stock)
+    t = _tuner(monkeypatch, ROOMY, first, second, stock)
     _run(t, {"wfbp": 1.05, "bucket_cap_mb=5": 1.04}, 200)
     assert t.decision == "stock" and t.active == ("ddp", "stock")  # stock DDP built afresh (fresh_per_switch)
     assert [tr["plan"] for tr in t.report()["trials"]] == ["wfbp", "bucket_cap_mb=5"]
@@ -194,7 +195,7 @@ def test_no_second_plan_once_the_budget_is_spent(monkeypatch):
 @pytest.mark.parametrize("fresh", [True, False])
 def test_a_first_plan_that_wins_is_raced_by_the_second_which_replaces_it_only_when_measured_faster(monkeypatch, fresh):
     first, second, stock = _plans()
-    t = _tuner(monkeypatch, TuneConfig(warmup_steps=3, calibration_steps=8, rule=RULE, max_cost=0.5, log=False), first, second, stock, fresh)
+    t = _tuner(monkeypatch, ROOMY, first, second, stock, fresh)
     ran = _run(t, {"wfbp": 0.9, "bucket_cap_mb=5": 0.8}, 200)
     assert t.decision == "plan" and t.plan is second and t.incumbent is None
     assert t.active == ("ddp", "bucket_cap_mb=5")
@@ -219,7 +220,7 @@ def test_a_first_plan_that_wins_is_raced_by_the_second_which_replaces_it_only_wh
 @pytest.mark.parametrize("fresh", [True, False])
 def test_a_first_plan_that_wins_stays_when_the_second_is_no_faster_than_it(monkeypatch, fresh):
     first, second, stock = _plans()
-    t = _tuner(monkeypatch, TuneConfig(warmup_steps=3, calibration_steps=8, rule=RULE, max_cost=0.5, log=False), first, second, stock, fresh)
+    t = _tuner(monkeypatch, ROOMY, first, second, stock, fresh)
     ran = _run(t, {"wfbp": 0.9, "bucket_cap_mb=5": 0.95}, 200)
     assert t.decision == "plan" and t.plan is first and t.incumbent is None
     assert t.active == ("ddp", "wfbp")  # the first plan's DDP runs on (built afresh or the one kept)
