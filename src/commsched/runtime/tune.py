@@ -543,7 +543,7 @@ class Tuner:
 
     def _baseline(self) -> str:
         """What the current trial's plan is measured against, in words."""
-        return "stock DDP's defaults" if self.incumbent is None else f"{plan_label(self.incumbent)}'s buckets"
+        return "stock DDP's defaults" if self.trial_against == "stock" else f"{self.trial_against}'s buckets"
 
     def _decide_after_pair(self) -> bool:
         """Rank 0's verdict after each pair, broadcast: the trial's rule, or the baseline once
@@ -559,8 +559,7 @@ class Tuner:
             self.ratios = pair_ratios(stock, plan)
             med, lo, hi = speedup_interval(self.ratios, self.cfg.rule.resamples, self.cfg.rule.seed)
             doc: dict = {"verdict": verdict_of(len(self.ratios), lo, hi, self.cfg.rule)}
-            against = "stock" if self.incumbent is None else plan_label(self.incumbent)
-            doc["measured_speedup"] = {"median": med, "ci95": [lo, hi], "pairs": len(self.ratios), "against": against}
+            doc["measured_speedup"] = {"median": med, "ci95": [lo, hi], "pairs": len(self.ratios), "against": self.trial_against}
             doc["why"] = f"measured {med:.3f}x [{lo:.3f}, {hi:.3f}] over {self._baseline()} in {len(self.ratios)} pairs of {self.cfg.rule.block} steps"
             cost, budget = self.cost_s(), self.budget_s()
             if doc["verdict"] != "plan" and cost > budget:
@@ -629,9 +628,8 @@ class Tuner:
         """Seconds tuning has cost so far against stock DDP's defaults throughout: the steps run off
         them (the plan tried, or the first plan it races), each less stock DDP's median step
         (``_reference_s``; the plan's first step carries the probes and the planning), and the
-        tuner's own work inside stock DDP's steps (the
-        recorder's hooks, switches, broadcasts, the route in progress). Stock steps themselves cost
-        nothing: they are what the job would have run."""
+        tuner's own work inside stock DDP's steps (the recorder's hooks, switches, broadcasts, the
+        route in progress). Stock steps themselves cost nothing: they are what the job would have run."""
         ref = self._reference_s()
         if ref is None:
             return self.own_s

@@ -93,20 +93,6 @@ def train(wrapped: nn.Module, module: nn.Module, rank: int) -> None:
         opt.step()
 
 
-def any_cap_second() -> None:
-    """The second plan is the cap the model ranks first, said to be predicted faster than stock DDP
-    (0 s) whatever the model predicts, so that it follows a first plan that lost."""
-    from commsched.runtime import tune as tune_mod
-
-    real_best = tune_mod.best_cap
-
-    def best(profile, cost, sem, caps, others, than_s):
-        plan, _ = real_best(profile, cost, sem, caps, others, than_s)
-        return plan, 0.0
-
-    tune_mod.best_cap = best
-
-
 def slow_stock_ddp() -> None:
     """TUNE_SLOW_STOCK (module docstring): each trial step on stock DDP's defaults sleeps 200 ms after
     its forward (the calibration's steps do not: the fit and the plan are the job's own). Less would
@@ -127,12 +113,14 @@ def slow_stock_ddp() -> None:
 
 
 def slow_the_first_plan() -> None:
-    """TUNE_SLOW_FIRST (module docstring): the first plan's DDP sleeps 30 ms in each forward."""
+    """TUNE_SLOW_FIRST (module docstring): the first plan's DDP sleeps 30 ms in each forward; the
+    second plan, the cap the model ranks first, is said to be predicted faster than stock DDP (0 s)
+    whatever the model predicts, so that it follows the first plan that lost."""
     import time
 
     from commsched.runtime import tune as tune_mod
 
-    real_new = tune_mod.Tuner._new_ddp
+    real_new, real_best = tune_mod.Tuner._new_ddp, tune_mod.best_cap
     first_tuner: list = []  # the first job's tuner: the restart's remembered plan runs at its own speed
 
     def new_ddp(self, plan):
@@ -150,7 +138,7 @@ def slow_the_first_plan() -> None:
         return ddp
 
     tune_mod.Tuner._new_ddp = new_ddp
-    any_cap_second()
+    tune_mod.best_cap = lambda profile, cost, sem, caps, others, than_s: (real_best(profile, cost, sem, caps, others, than_s)[0], 0.0)
 
 
 def main() -> None:
