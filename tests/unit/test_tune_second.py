@@ -1,6 +1,7 @@
-"""Tuning's second plan: once the first plan has its verdict and the cost is inside its budget, the
-bucket_cap_mb predicted fastest is tried the same way, against stock DDP's defaults where the first
-lost and against the first where it won; the choice of that cap (planners.compare.best_cap)."""
+"""Tuning's race: once the first plan has its verdict and the cost is inside its budget, the
+bucket_cap_mb values predicted fastest are tried the same way one after another, each against the
+plan measured best so far, or against stock DDP's defaults while none has measured faster; the
+choice of those caps (planners.compare.ranked_caps)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from commsched.calibrate.trial import TrialRule
 from commsched.cost.models import AlphaBeta
 from commsched.planners.base import make_plan
-from commsched.planners.compare import best_cap, plan_label, same_buckets
+from commsched.planners.compare import best_cap, plan_label, ranked_caps, same_buckets
 from commsched.planners.stock_ddp import DDP, ddp_with_cap
 from commsched.planners import WFBP
 from commsched.runtime import tune as tune_mod
@@ -51,6 +52,26 @@ def test_best_cap_is_the_fastest_predicted_cap_that_differs_from_the_others_and_
     assert none is None and math.isnan(nan)
 
 
+def test_ranked_caps_are_the_caps_fastest_first_each_with_buckets_of_its_own():
+    prof = _profile()
+    cost = AlphaBeta(0.001, 1 / 250e6)
+    stock = make_plan(DDP(), prof, cost, GLOO)
+    caps = (100, 50, 25, 10, 5, 1, 0.5, 3, 3.5)  # 3 and 3.5 MiB make the same buckets of 2 MiB tensors
+    ranked = ranked_caps(prof, cost, GLOO, caps, [stock], math.inf)
+    times = [t for _, t in ranked]
+    assert times == sorted(times) and len(ranked) >= 3
+    for i, (p, t) in enumerate(ranked):
+        mb = float(plan_label(p).removeprefix("bucket_cap_mb="))
+        assert not same_buckets(p, stock) and t == pytest.approx(make_plan(ddp_with_cap(mb), prof, cost, GLOO).predicted.iteration_s)
+        assert not any(same_buckets(p, q) for q, _ in ranked[i + 1:])
+    labels = [plan_label(p) for p, _ in ranked]
+    assert "bucket_cap_mb=3.5" not in labels  # 3 MiB, listed first, has its buckets
+    assert ranked[0] == best_cap(prof, cost, GLOO, caps, [stock], math.inf)
+    # every cap listed is ranked unless it is stock's buckets or another's
+    assert len(ranked) == len({tuple(b.bytes for b in make_plan(ddp_with_cap(mb), prof, cost).buckets) for mb in caps} - {tuple(b.bytes for b in stock.buckets)})
+    assert ranked_caps(prof, cost, GLOO, caps, [stock], times[0]) == []  # faster than the fastest: none
+
+
 def test_plan_label_names_caps_and_strategies():
     prof = _profile()
     cost = AlphaBeta(0.001, 1 / 250e6)
@@ -81,18 +102,21 @@ class _Clock:
 
 def _tuner(monkeypatch, cfg: TuneConfig, first, second, stock, fresh: bool = True, beats_stock: bool = True) -> Tuner:
     """A Tuner on rank 0 at the start of its trial (calibration done at step ``start``), no process
-    group; its DDPs are ("ddp", label) tuples. ``fresh``: each switch builds the DDP afresh (as
-    under find_unused_parameters), else one plan DDP is kept across switches. ``beats_stock``:
-    whether the model predicts the second plan faster than stock DDP's defaults."""
+    group; its DDPs are ("ddp", label) tuples. ``second``: the cap that races, or a list of them in
+    the model's order. ``fresh``: each switch builds the DDP afresh (as under
+    find_unused_parameters), else one plan DDP is kept across switches. ``beats_stock``: whether
+    the model predicts the caps faster than stock DDP's defaults (one for all, or one each)."""
     monkeypatch.setattr(tune_mod, "broadcast_bytes", lambda payload, *a, **k: payload)
     t = object.__new__(Tuner)
     t.cfg, t.rank, t.group, t.device, t.world, t.backend = cfg, 0, None, None, 2, "gloo"
     t.fresh_per_switch = fresh
     t._new_ddp = lambda plan: ("ddp", plan_label(plan) if plan is not None else "stock")
     t.phase, t.decision, t.reason, t.entry, t.recorder, t.comparison, t.key, t.decided_at = "trial", None, "", None, None, None, "k", None
-    t.plan, t.second_plan, t.stock_plan = first, second, stock
+    t.plan, t.stock_plan = first, stock
+    caps = second if isinstance(second, list) else [second]
+    beats = beats_stock if isinstance(beats_stock, list) else [beats_stock] * len(caps)
+    t.challengers = list(zip(caps, beats))
     t.incumbent = t.incumbent_ddp = None
-    t.second_beats_stock = beats_stock
     t.trial_plan, t.trial_against, t.last_speedup = first, "stock", None
     t.plan_ddp = None if fresh else t._new_ddp(first)
     t.trials, t.tried_plans, t.summary, t.ratios = [], [], {}, []
@@ -142,7 +166,7 @@ def test_a_first_plan_that_loses_inside_the_budget_hands_over_to_the_second(monk
     first, second, stock = _plans()
     t = _tuner(monkeypatch, ROOMY, first, second, stock, fresh)
     ran = _run(t, {"wfbp": 1.05, "bucket_cap_mb=5": 0.9}, 200)
-    assert t.decision == "plan" and t.plan is second and t.second_plan is None
+    assert t.decision == "plan" and t.plan is second and not t.challengers
     assert t.active == ("ddp", "bucket_cap_mb=5")  # the second plan's DDP runs on, the first's is gone
     assert fresh or t.plan_ddp is t.active
     # the first plan: its untimed block and 3 pairs (12 steps), then the second's untimed block and 6 pairs
@@ -153,7 +177,7 @@ def test_a_first_plan_that_loses_inside_the_budget_hands_over_to_the_second(monk
     assert [tr["plan"] for tr in doc["trials"]] == ["wfbp", "bucket_cap_mb=5"]
     assert doc["trials"][0]["measured_speedup"]["ci95"][1] < 1 < doc["trials"][1]["measured_speedup"]["ci95"][0]
     assert "wfbp" not in doc["trials"][1]["why"]  # each trial's own verdict; the reason tells both
-    assert doc["reason"].startswith("bucket_cap_mb=5: measured") and "before it, wfbp: measured" in doc["reason"]
+    assert doc["reason"].startswith("wfbp: measured") and "; then bucket_cap_mb=5: measured" in doc["reason"]
     assert len(doc["trials"][0]["plan_steps_s"]) == 6 and len(doc["trial"]["plan_steps_s"]) == 12
     # the report shows both plans against stock DDP's steps of both trials
     v = tune_mod._trial_as_validate(doc, [first, second], stock, RULE, 2, "gloo")
@@ -209,7 +233,8 @@ def test_a_first_plan_that_wins_is_raced_by_the_second_which_replaces_it_only_wh
     assert [(tr["plan"], tr["against"]) for tr in doc["trials"]] == [("wfbp", "stock"), ("bucket_cap_mb=5", "wfbp")]
     assert doc["trial"]["against"] == "wfbp" and doc["trial"]["stock_steps_s"] == [0.9] * 12  # the last trial's baseline: wfbp's steps
     assert doc["measured_speedup"]["against"] == "wfbp" and doc["measured_speedup"]["median"] == pytest.approx(0.9 / 0.8)
-    assert doc["reason"].startswith("bucket_cap_mb=5: measured 1.125x") and "over wfbp's buckets" in doc["reason"]
+    assert doc["reason"].startswith("wfbp: measured 1.111x") and "; then bucket_cap_mb=5: measured 1.125x" in doc["reason"]
+    assert doc["reason"].endswith("over wfbp's buckets in 6 pairs of 2 steps")
     # the report chains the second plan's speedup over stock DDP through the first's
     v = tune_mod._trial_as_validate(doc, [first, second], stock, RULE, 2, "gloo")
     assert v["best_measured"] == "bucket_cap_mb=5"
@@ -229,7 +254,7 @@ def test_a_first_plan_that_wins_stays_when_the_second_is_no_faster_than_it(monke
     doc = t.report()
     assert doc["kept"] == "wfbp" and doc["measured_speedup"]["against"] == "stock"
     assert doc["measured_speedup"]["median"] == pytest.approx(1 / 0.9)  # the kept plan's own, over stock DDP
-    assert doc["reason"].startswith("wfbp: measured 1.111x") and "after it, bucket_cap_mb=5: measured 0.947x" in doc["reason"]
+    assert doc["reason"].startswith("wfbp: measured 1.111x") and "; then bucket_cap_mb=5: measured 0.947x" in doc["reason"]
     assert doc["trials"][1]["measured_speedup"]["median"] == pytest.approx(0.9 / 0.95)
     v = tune_mod._trial_as_validate(doc, [first, second], stock, RULE, 2, "gloo")
     assert v["best_measured"] == "wfbp" and len(v["strategies"]["wfbp"]) and v["stock_ddp"]["measured_s"] == 1.0
@@ -255,3 +280,75 @@ def test_the_budget_also_ends_the_second_trial(monkeypatch):
     assert t.decision == "stock" and "more than its budget" in t.reason
     assert ran.count("plan:bucket_cap_mb=5") == 2 + 2  # its untimed block and one timed block: the first check ends it
     assert t.cost_s() > t.budget_s()
+
+
+# --- a race of several caps ----------------------------------------------------------------------------
+
+
+def _three():
+    prof = _profile()
+    cost = AlphaBeta(0.001, 1 / 250e6)
+    first, a, stock = _plans()
+    return first, a, make_plan(ddp_with_cap(1), prof, cost), stock
+
+
+@pytest.mark.parametrize("fresh", [True, False])
+def test_each_cap_races_the_winner_so_far_and_the_last_winner_is_kept(monkeypatch, fresh):
+    first, a, b, stock = _three()
+    t = _tuner(monkeypatch, ROOMY, first, [a, b], stock, fresh)
+    # wfbp beats stock, cap 5 beats wfbp and replaces it, cap 1 loses to cap 5: cap 5 stays
+    ran = _run(t, {"wfbp": 0.9, "bucket_cap_mb=5": 0.8, "bucket_cap_mb=1": 0.85}, 300)
+    assert t.decision == "plan" and t.plan is a and t.incumbent is None and not t.challengers
+    assert t.active == ("ddp", "bucket_cap_mb=5") and (fresh or t.plan_ddp is t.active)
+    after_b = ran[ran.index("plan:bucket_cap_mb=1"):]
+    assert "stock" not in after_b and "incumbent:wfbp" not in after_b and after_b.count("incumbent:bucket_cap_mb=5") == 3 * 2
+    doc = t.report()
+    assert [(tr["plan"], tr["against"]) for tr in doc["trials"]] == [("wfbp", "stock"), ("bucket_cap_mb=5", "wfbp"), ("bucket_cap_mb=1", "bucket_cap_mb=5")]
+    assert doc["kept"] == "bucket_cap_mb=5"
+    # the kept plan's own measurement, against the plan it replaced
+    assert doc["measured_speedup"]["against"] == "wfbp" and doc["measured_speedup"]["median"] == pytest.approx(0.9 / 0.8)
+    assert doc["reason"].count("; then ") == 2 and "then bucket_cap_mb=1: measured 0.941x" in doc["reason"]
+    # the report chains each cap's speedup over stock DDP through the plans it raced
+    v = tune_mod._trial_as_validate(doc, [first, a, b], stock, RULE, 2, "gloo")
+    assert v["best_measured"] == "bucket_cap_mb=5"
+    assert v["strategies"]["bucket_cap_mb=1"]["speedup_vs_stock_ddp"] == pytest.approx(1 / 0.85)
+    assert v["strategies"]["bucket_cap_mb=5"]["measured_s"] == pytest.approx(0.8)
+
+
+@pytest.mark.parametrize("fresh", [True, False])
+def test_a_second_cap_replaces_the_first_plan_after_the_first_cap_lost_to_it(monkeypatch, fresh):
+    first, a, b, stock = _three()
+    t = _tuner(monkeypatch, ROOMY, first, [a, b], stock, fresh, beats_stock=False)
+    ran = _run(t, {"wfbp": 0.9, "bucket_cap_mb=5": 0.95, "bucket_cap_mb=1": 0.8}, 300)
+    assert t.decision == "plan" and t.plan is b and t.active == ("ddp", "bucket_cap_mb=1")
+    assert [(tr["plan"], tr["against"]) for tr in t.report()["trials"]] == [("wfbp", "stock"), ("bucket_cap_mb=5", "wfbp"), ("bucket_cap_mb=1", "wfbp")]
+    assert ran.count("incumbent:wfbp") == 3 * 2 + 6 * 2  # raced by cap 5 (3 pairs to reject it), then by cap 1 (6 to keep it)
+
+
+def test_after_a_losing_first_plan_a_cap_that_wins_against_stock_is_raced_by_the_next(monkeypatch):
+    first, a, b, stock = _three()
+    # the next cap races the winner whatever its prediction (b is predicted no faster than stock)
+    t = _tuner(monkeypatch, ROOMY, first, [a, b], stock, beats_stock=[True, False])
+    _run(t, {"wfbp": 1.05, "bucket_cap_mb=5": 0.9, "bucket_cap_mb=1": 0.8}, 300)
+    assert t.decision == "plan" and t.plan is b
+    assert [(tr["plan"], tr["against"]) for tr in t.report()["trials"]] == [("wfbp", "stock"), ("bucket_cap_mb=5", "stock"), ("bucket_cap_mb=1", "bucket_cap_mb=5")]
+
+
+@pytest.mark.parametrize("beats", [True, False])
+def test_while_nothing_has_won_the_next_cap_races_stock_only_if_predicted_faster(monkeypatch, beats):
+    first, a, b, stock = _three()
+    t = _tuner(monkeypatch, ROOMY, first, [a, b], stock, beats_stock=[True, beats])
+    ran = _run(t, {"wfbp": 1.05, "bucket_cap_mb=5": 1.05, "bucket_cap_mb=1": 0.9}, 300)
+    assert ("plan:bucket_cap_mb=1" in ran) == beats
+    assert t.decision == ("plan" if beats else "stock") and t.incumbent is None
+    if beats:
+        assert [tr["against"] for tr in t.report()["trials"]] == ["stock"] * 3
+
+
+def test_race_caps_is_a_count():
+    from commsched.errors import CommschedError
+
+    assert TuneConfig().race_caps == 2 and TuneConfig(race_caps=0).race_caps == 0
+    for bad in (-1, 1.5, True):
+        with pytest.raises(CommschedError, match="race_caps"):
+            TuneConfig(race_caps=bad)

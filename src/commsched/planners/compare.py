@@ -179,19 +179,28 @@ def plan_label(plan: Plan) -> str:
     return plan.strategy
 
 
-def best_cap(
+def ranked_caps(
     profile: ModelProfile, cost: CostModel, semantics: Semantics, caps_mb: Sequence[float], others: Sequence[Plan], than_s: float
-) -> tuple[Plan | None, float]:
-    """(the plan of DDP's ``bucket_cap_mb`` among ``caps_mb`` predicted fastest under ``semantics``,
-    its predicted iteration), among those whose buckets differ from every plan of ``others`` and
-    that are predicted faster than ``than_s``; ``(None, nan)`` when there is none. The caps a user
-    sweeps by hand, ranked by the model instead of measured one by one (tuning's second plan)."""
-    best: tuple[float, Plan] | None = None
+) -> list[tuple[Plan, float]]:
+    """The plans of DDP's ``bucket_cap_mb`` among ``caps_mb`` with their predicted iterations under
+    ``semantics``, fastest first (equal times: fewer buckets first): those whose buckets differ from
+    every plan of ``others`` and from each other (of caps with the same buckets, the first listed) and that are predicted
+    faster than ``than_s``. The caps a user sweeps by hand, ranked by the model instead of measured
+    one by one (tuning's race)."""
+    scored: list[tuple[float, int, Plan]] = []
     for mb in caps_mb:
         plan, timeline = plan_and_timeline(ddp_with_cap(mb), profile, cost, semantics)
         t = timeline.iteration_s
-        if t >= than_s or any(same_buckets(plan, o) for o in others):
+        if t >= than_s or any(same_buckets(plan, o) for o in others) or any(same_buckets(plan, p) for _, _, p in scored):
             continue
-        if best is None or t < best[0] or (t == best[0] and len(plan.buckets) < len(best[1].buckets)):
-            best = (t, plan)
-    return (best[1], best[0]) if best is not None else (None, float("nan"))
+        scored.append((t, len(plan.buckets), plan))
+    scored.sort(key=lambda s: (s[0], s[1]))
+    return [(plan, t) for t, _, plan in scored]
+
+
+def best_cap(
+    profile: ModelProfile, cost: CostModel, semantics: Semantics, caps_mb: Sequence[float], others: Sequence[Plan], than_s: float
+) -> tuple[Plan | None, float]:
+    """(the first of :func:`ranked_caps`, its predicted iteration); ``(None, nan)`` when there is none."""
+    ranked = ranked_caps(profile, cost, semantics, caps_mb, others, than_s)
+    return ranked[0] if ranked else (None, float("nan"))

@@ -17,13 +17,15 @@ step, none repeated or dropped) the :class:`Tuner`:
    module with the plan's bucket caps (:func:`commsched.ddp_options`) and runs the two in
    alternating blocks (:mod:`commsched.calibrate.trial`): the plan is kept only when it measured
    faster with a 95% interval above 1;
-5. once the first plan has its verdict and tuning's cost is still inside the budget, tries a second
-   plan the same way: the ``bucket_cap_mb`` of ``fallback_caps_mb`` (a user's hand sweep) predicted
-   fastest under the same model whose buckets differ from both. Where the first plan lost, the
-   second races stock DDP's defaults, if it is predicted faster than them at all; where it won,
-   the second races the first whatever its prediction (the model cannot rank plans a few percent apart:
-   docs/design.md, "Tuning inside the job") and replaces it only where it measured faster than it
-   with a 95% interval above 1. With no plan measured faster, stock DDP's default buckets stay;
+5. once the first plan has its verdict and tuning's cost is still inside the budget, races the
+   ``race_caps`` values of ``fallback_caps_mb`` (a user's hand sweep) the same model predicts
+   fastest, whose buckets differ from the plan's, stock DDP's and each other's, one after another
+   in the model's order, each against the plan measured best so far (the incumbent) whatever its
+   prediction (the model cannot rank plans a few percent apart: docs/design.md, "Tuning inside the
+   job"): a cap replaces the incumbent only where it measured faster than it with a 95% interval
+   above 1. While no plan has measured faster than stock DDP, a cap races stock DDP's defaults,
+   and only if it is predicted faster than them at all. With no plan measured faster, stock DDP's
+   default buckets stay;
 6. from then on routes every forward to the DDP kept and lets the other go.
 
 Rank 0 measures and decides; every rank follows its broadcast decision (the broadcasts wait at most
@@ -65,7 +67,7 @@ from commsched.calibrate.cost_table import chain_length
 from commsched.calibrate.in_job import Busy, InJobModel, fit_in_job, semantics_for, service_times
 from commsched.calibrate.trial import TrialRule, pair_ratios, speedup_interval, verdict_of
 from commsched.errors import CommschedError
-from commsched.planners.compare import best_cap, plan_label
+from commsched.planners.compare import plan_label, ranked_caps
 from commsched.runtime.collectives import broadcast_bytes, comm_device, gather_text, wait_until
 from commsched.runtime.ddp_plan import ddp_options, trainable_parameters, with_unused_parameters
 
@@ -74,7 +76,7 @@ SCHEMA = "commsched.tune/v1"
 # the rest), each a chain of chain_length(size) calls as validate times them
 PROBE_SIZES = tuple(s for s in VALIDATE_PROBE_SIZES if s <= 1 << 20)
 PROBE_REPEATS = 2
-# the second plan's candidates: the bucket_cap_mb values a user sweeps by hand (BENCHMARKS.md section 11)
+# the race's candidates: the bucket_cap_mb values a user sweeps by hand (BENCHMARKS.md section 11)
 FALLBACK_CAPS_MB = (1.0, 5.0, 10.0, 25.0, 50.0, 100.0)
 _DECISIONS = ("plan", "stock")
 
@@ -93,8 +95,9 @@ class TuneConfig:
     tuning may cost before it has measured a gain, as a fraction of ``min_job_steps`` steps of stock
     DDP (:meth:`Tuner.cost_s`); the probes stop short of it, a calibration that reached it tries no
     plan, and a trial that reaches it keeps stock DDP's buckets.
-    ``fallback_caps_mb``: the ``bucket_cap_mb`` values the second plan is chosen from (empty: no
-    second plan). ``min_gain``: what a plan must be predicted to gain over stock DDP's defaults to be
+    ``fallback_caps_mb``: the ``bucket_cap_mb`` values the race's caps are chosen from;
+    ``race_caps``: how many of them (the model's first) race after the first plan (0, or no caps:
+    no race; module docstring, 5). ``min_gain``: what a plan must be predicted to gain over stock DDP's defaults to be
     tried; 1%, not the 3% ``plan`` and ``plan_for`` ask before applying a plan unmeasured: here the
     trial measures it and the budget bounds what a plan that loses costs (docs/design.md)."""
 
@@ -114,11 +117,12 @@ class TuneConfig:
     timeout_s: float = 300.0
     log: bool = True
     fallback_caps_mb: tuple[float, ...] = FALLBACK_CAPS_MB
+    race_caps: int = 2
 
     def __post_init__(self) -> None:
-        for k in ("warmup_steps", "calibration_steps", "min_job_steps"):
+        for k in ("warmup_steps", "calibration_steps", "min_job_steps", "race_caps"):
             v = getattr(self, k)
-            lo = 2 if k == "warmup_steps" else 1
+            lo = {"warmup_steps": 2, "race_caps": 0}.get(k, 1)
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 raise CommschedError(f"TuneConfig.{k} must be a whole number >= {lo}, got {v!r}")
         if self.total_steps is not None and (isinstance(self.total_steps, bool) or not isinstance(self.total_steps, int) or self.total_steps < 1):
@@ -236,9 +240,10 @@ class Tuner:
         self.active_variant = "stock"
         self.plan = None
         self.stock_plan = None
-        self.second_plan = None  # tried after the first's trial (module docstring, 5)
-        self.second_beats_stock = False  # whether the model predicts it faster than stock DDP's defaults
-        # the first plan once it measured faster than stock DDP: the second plan races it, not stock
+        # the caps still to race after the first plan's trial (module docstring, 5), in the model's
+        # order, each with whether the model predicts it faster than stock DDP's defaults
+        self.challengers: list[tuple] = []
+        # the plan measured best so far, once one measured faster than stock DDP: the next cap races it
         self.incumbent = None
         self.incumbent_ddp: nn.parallel.DistributedDataParallel | None = None
         self.trial_plan = None  # the plan of the current (or last) trial, and what it raced
@@ -366,9 +371,10 @@ class Tuner:
 
         self.plan = plan_from_json(doc["plan"], where="tuning's plan")
         self.stock_plan = plan_from_json(doc["stock"], where="tuning's stock plan")
-        if doc.get("second") is not None:
-            self.second_plan = plan_from_json(doc["second"], where="tuning's second plan")
-            self.second_beats_stock = bool(doc["predicted"]["second"]["beats_stock"])
+        self.challengers = [
+            (plan_from_json(c, where="tuning's race"), bool(p["beats_stock"]))
+            for c, p in zip(doc.get("challengers") or [], doc["predicted"].get("challengers") or [])
+        ]
         self.summary["predicted"] = doc["predicted"]
         if not doc["try"]:
             self._finish("stock", doc["reason"])
@@ -469,22 +475,21 @@ class Tuner:
             "plan_s": chosen.timeline.iteration_s, "stock_s": cmp.stock.timeline.iteration_s,
             "plan_bucket_bytes": [b.bytes for b in plan.buckets], "model": model.to_json(), "profile": profile_to_json(profile),
         }
-        second = None
-        if try_it and self.cfg.keep == "measured":
-            try:  # a second plan that cannot be made must not keep the first from its trial
-                # the cap the model ranks first, predicted faster than stock DDP or not: it races a
-                # first plan that won whatever its prediction, and follows one that lost only if predicted faster
-                second, second_s = best_cap(profile, model.cost, sem, self.cfg.fallback_caps_mb, (plan, stock), math.inf)
+        race: list = []
+        if try_it and self.cfg.keep == "measured" and self.cfg.race_caps:
+            try:  # caps that cannot be ranked must not keep the first plan from its trial
+                # the caps the model ranks first, predicted faster than stock DDP or not: they race
+                # a plan that won whatever their prediction, and follow one that lost only if predicted faster
+                race = ranked_caps(profile, model.cost, sem, self.cfg.fallback_caps_mb, (plan, stock), math.inf)[: self.cfg.race_caps]
             except CommschedError as e:
-                predicted["second_error"] = str(e)
-            if second is not None:
-                predicted["second"] = {
-                    "label": plan_label(second), "plan_s": second_s, "bucket_bytes": [b.bytes for b in second.buckets],
-                    "beats_stock": second_s < cmp.stock.timeline.iteration_s,
-                }
+                predicted["race_error"] = str(e)
+            predicted["challengers"] = [
+                {"label": plan_label(c), "plan_s": c_s, "bucket_bytes": [b.bytes for b in c.buckets], "beats_stock": c_s < cmp.stock.timeline.iteration_s}
+                for c, c_s in race
+            ]
         return {
             "plan": plan_to_json(plan), "stock": plan_to_json(stock), "try": try_it, "reason": reason, "predicted": predicted,
-            "second": plan_to_json(second) if second is not None else None,
+            "challengers": [plan_to_json(c) for c, _ in race],
         }
 
     def _over_budget(self, spent: float, budget: float, when: str) -> str:
@@ -512,8 +517,8 @@ class Tuner:
     def _trial_step(self) -> str:
         """The variant of the current step: the plan's untimed first block, then pairs of blocks,
         the baseline first in even pairs and the plan first in odd ones (a linear drift cancels).
-        The baseline is stock DDP's defaults, or the first plan where it measured faster and the
-        second plan races it ("incumbent")."""
+        The baseline is stock DDP's defaults, or the plan measured best so far where a cap races
+        it ("incumbent")."""
         rule, k = self.cfg.rule, self.step
         if k < self.trial_start:
             return "plan"
@@ -524,7 +529,7 @@ class Tuner:
             done = self._decide_after_pair()
             if done:
                 return "plan" if self.decision == "plan" else "stock"
-            if k < self.trial_start:  # a second plan's first block begins
+            if k < self.trial_start:  # the next plan's first block begins
                 return "plan"
         base = "stock" if self.incumbent is None else "incumbent"
         first, second = (base, "plan") if pair % 2 == 0 else ("plan", base)
@@ -549,9 +554,9 @@ class Tuner:
         """Rank 0's verdict after each pair, broadcast: the trial's rule, or the baseline once
         tuning has cost more than ``max_cost`` (:meth:`budget_s`) without a verdict for the plan.
         The first check comes after the first pair, not before: a good plan must get a pair to
-        start paying back the probes and its first block. Where the first plan has a verdict either
-        way inside the budget and there is a second plan, the second's trial follows: against the
-        first where it won, against stock DDP's defaults where it lost and the second is predicted
+        start paying back the probes and its first block. Where a trial has a verdict either way
+        inside the budget and a cap is left to race, the cap's trial follows: against the winner
+        so far where there is one, else against stock DDP's defaults where the cap is predicted
         faster than them (module docstring, 5)."""
         payload = None
         if self.rank == 0:
@@ -566,13 +571,15 @@ class Tuner:
                 doc["verdict"] = "stock"
                 doc["why"] = (f"tuning cost {cost:.2f} s, more than its budget of {budget:.2f} s ({self.cfg.max_cost:.2%} of "
                               f"{self.cfg.min_job_steps} steps), before {plan_label(self.plan)} measured faster than {self._baseline()} ({doc['why']})")
-            elif doc["verdict"] is not None and self.second_plan is not None and cost <= budget and (doc["verdict"] == "plan" or self.second_beats_stock):
-                doc["next"], doc["verdict"] = doc["verdict"], None  # the second plan's turn, against the winner
+            elif doc["verdict"] is not None and self.challengers and cost <= budget:
+                winner = doc["verdict"] == "plan" or self.incumbent is not None
+                if winner or self.challengers[0][1]:  # no winner yet: the cap must be predicted faster than stock DDP
+                    doc["next"], doc["verdict"] = doc["verdict"], None  # the next cap's turn, against the winner
             payload = json.dumps(doc).encode()
         doc = json.loads(broadcast_bytes(payload, self.group, self.device, self.rank, self.cfg.timeout_s, "tuning's verdict"))
         v = doc["verdict"]
         if doc.get("next"):
-            self._start_second_trial(doc, won=doc["next"] == "plan")
+            self._start_next_trial(doc, won=doc["next"] == "plan")
             return False
         if v is None:
             return False
@@ -580,35 +587,35 @@ class Tuner:
         self.summary["measured_speedup"] = doc["measured_speedup"]
         keep = v if self.cfg.keep == "measured" else self.cfg.keep
         why = doc["why"] + ("" if keep == v else f"; keeping {keep} as asked (keep={self.cfg.keep!r})")
-        if self.incumbent is not None and keep == "stock":  # the second plan did not beat the first: the first stays
-            before = self.trials[-1]
-            self.summary["measured_speedup"] = before["measured_speedup"]
-            why = f"{before['plan']}: {before['why']}; after it, {plan_label(self.plan)}: {why}"
+        if self.trials:  # every trial in order, each in its own words
+            why = "; then ".join([*(f"{t['plan']}: {t['why']}" for t in self.trials), f"{plan_label(self.plan)}: {why}"])
+        if self.incumbent is not None and keep == "stock":  # the last cap did not beat the winner: the winner stays
+            label = plan_label(self.incumbent)
+            self.summary["measured_speedup"] = next(t["measured_speedup"] for t in reversed(self.trials) if t["plan"] == label)
             self.plan, self.plan_ddp, keep = self.incumbent, self.incumbent_ddp, "plan"
-            self.active_variant = "none"  # _finish's switch goes to the first plan's DDP whatever ran last
-        elif self.trials:
-            why = f"{plan_label(self.plan)}: {why}; before it, {self.trials[-1]['plan']}: {self.trials[-1]['why']}"
+            self.active_variant = "none"  # _finish's switch goes to the winner's DDP whatever ran last
         self.incumbent = self.incumbent_ddp = None
         self._finish(keep, why)
         return True
 
-    def _start_second_trial(self, doc: dict, won: bool) -> None:
-        """The first plan has its verdict: remember its trial, make the second plan the one tried,
-        its first block (not timed) from this step on, against the first plan where it ``won``
-        (kept, with its DDP, as the incumbent) or else against stock DDP's defaults."""
+    def _start_next_trial(self, doc: dict, won: bool) -> None:
+        """A trial has its verdict and a cap is left to race: remember the trial, make the winner so
+        far the incumbent (the plan just tried where it ``won``, with its DDP; else the incumbent
+        before it, if any) and the next cap the plan tried, its first block (not timed) from this
+        step on, against the incumbent, or against stock DDP's defaults where there is none."""
         steps = self._trial_steps() if self.rank == 0 else {"stock_steps_s": [], "plan_steps_s": []}  # rank 0 measures (on CUDA: no event syncs elsewhere)
         self.trials.append(self._trial_record(doc["measured_speedup"], doc["why"], steps))
+        nxt, _ = self.challengers.pop(0)
         if self.rank == 0 and self.cfg.log:
-            what = "measured faster" if won else "lost"
-            how = f"racing {plan_label(self.second_plan)} against it" if won else f"trying {plan_label(self.second_plan)}"
-            print(f"commsched tune: {plan_label(self.plan)} {what} ({doc['why']}); {how} "
-                  f"({len(self.second_plan.buckets)} buckets)", file=sys.stderr, flush=True)
+            what = f"measured faster than {self._baseline()}" if won else f"did not measure faster than {self._baseline()}"
+            print(f"commsched tune: {plan_label(self.plan)} {what} ({doc['why']}); racing {plan_label(nxt)} ({len(nxt.buckets)} buckets) "
+                  f"against {plan_label(self.plan) if won else self._baseline()}", file=sys.stderr, flush=True)
         self.tried_plans.append(self.plan)
-        if won:
+        if won:  # a previous incumbent and its DDP go
             self.incumbent, self.incumbent_ddp = self.plan, self.plan_ddp
-        self.plan, self.second_plan = self.second_plan, None
-        self.trial_plan, self.trial_against = self.plan, plan_label(self.incumbent) if won else "stock"
-        self.plan_ddp = None  # a losing first plan's buckets go with it
+        self.plan = nxt
+        self.trial_plan, self.trial_against = self.plan, plan_label(self.incumbent) if self.incumbent is not None else "stock"
+        self.plan_ddp = None  # a losing plan's buckets go with it
         if not self.fresh_per_switch:
             self.plan_ddp = self._new_ddp(self.plan)
         self.active_variant = "none"  # the step's switch goes to the new plan's DDP whatever ran before

@@ -6,10 +6,10 @@ argv: MODEL (tied | unused | mixed | net) KEEP (measured | plan | stock) STRATEG
 
 Environment: TUNE_CUDA=1 (NCCL, a GPU per rank), TUNE_DIE_RANK=R (rank R dies at the probes),
 TUNE_TOTAL_STEPS=N (the job says it runs N steps), TUNE_SLOW_FIRST=1 (the first plan tried runs
-30 ms slower a step, so that it loses, and the second plan is any cap of 4 or 16 KiB whose buckets
-differ from it and from stock DDP's, predicted faster or not: the path through two trials),
+30 ms slower a step, so that it loses, and the caps of 4 and 16 KiB whose buckets differ from it
+and from stock DDP's race next, said to be predicted faster: the path through a plan that lost),
 TUNE_SLOW_STOCK=1 (stock DDP's trial steps run 200 ms slower, so that the first plan wins, and the
-cap the model ranks first races it: the other path through two trials).
+caps race it: the path through a plan that won).
 """
 
 from __future__ import annotations
@@ -114,13 +114,13 @@ def slow_stock_ddp() -> None:
 
 def slow_the_first_plan() -> None:
     """TUNE_SLOW_FIRST (module docstring): the first plan's DDP sleeps 30 ms in each forward; the
-    second plan, the cap the model ranks first, is said to be predicted faster than stock DDP (0 s)
-    whatever the model predicts, so that it follows the first plan that lost."""
+    caps the model ranks are said to be predicted faster than stock DDP (0 s) whatever the model
+    predicts, so that they follow the first plan that lost."""
     import time
 
     from commsched.runtime import tune as tune_mod
 
-    real_new, real_best = tune_mod.Tuner._new_ddp, tune_mod.best_cap
+    real_new, real_ranked = tune_mod.Tuner._new_ddp, tune_mod.ranked_caps
     first_tuner: list = []  # the first job's tuner: the restart's remembered plan runs at its own speed
 
     def new_ddp(self, plan):
@@ -138,7 +138,7 @@ def slow_the_first_plan() -> None:
         return ddp
 
     tune_mod.Tuner._new_ddp = new_ddp
-    tune_mod.best_cap = lambda profile, cost, sem, caps, others, than_s: (real_best(profile, cost, sem, caps, others, than_s)[0], 0.0)
+    tune_mod.ranked_caps = lambda *args: [(plan, 0.0) for plan, _ in real_ranked(*args)]
 
 
 def main() -> None:
@@ -175,7 +175,7 @@ def main() -> None:
         strategy=STRATEGY, keep=KEEP, warmup_steps=2, calibration_steps=3, min_gain=MIN_GAIN, max_cost=MAX_COST, cache_dir=CACHE, timeout_s=20,
         rule=TrialRule(block=1, min_pairs_reject=2, min_pairs_keep=2, max_pairs=4), log=True,
         total_steps=int(os.environ["TUNE_TOTAL_STEPS"]) if os.environ.get("TUNE_TOTAL_STEPS") else None,
-        # the slow first plan costs 30 ms a step: a budget of 2000 steps leaves room for the second
+        # the slow first plan costs 30 ms a step: a budget of 2000 steps leaves room for the caps
         **({"fallback_caps_mb": (4 / 1024, 16 / 1024), "min_job_steps": 2000} if slow_first or slow_stock else {}),
     )
     out = {"rank": rank, "runs": []}
