@@ -352,3 +352,28 @@ def test_race_caps_is_a_count():
     for bad in (-1, 1.5, True):
         with pytest.raises(CommschedError, match="race_caps"):
             TuneConfig(race_caps=bad)
+
+
+@pytest.mark.parametrize("race_caps", [0, 1, 2, 3])
+def test_the_plan_doc_names_the_race_caps_first_caps_the_model_ranks(monkeypatch, race_caps):
+    """Rank 0's plan document: the first ``race_caps`` of ranked_caps, in its order, each with
+    whether it is predicted faster than stock DDP, under the in-job model (fit_in_job stubbed)."""
+    from commsched.calibrate.in_job import InJobModel
+    from commsched.formats.io import plan_from_json
+
+    prof = _profile()
+    cost = AlphaBeta(0.001, 1 / 250e6)
+    model = InJobModel(prof, cost, "alpha-beta", (), 0.0, ())
+    monkeypatch.setattr(tune_mod, "fit_in_job", lambda *a, **k: model)
+    t = object.__new__(Tuner)
+    t.cfg = TuneConfig(strategy="wfbp", min_gain=0.0, race_caps=race_caps, log=False)
+    t.find_unused, t.backend, t.world, t.module, t.sizes = False, "gloo", 2, object(), {}
+    t.cost_s = lambda: 0.0
+    t.budget_s = lambda: 1.0
+    doc = t._plan_doc([], [], [])
+    assert doc["try"]
+    first, stock = plan_from_json(doc["plan"]), plan_from_json(doc["stock"])
+    want = ranked_caps(prof, cost, GLOO, TuneConfig().fallback_caps_mb, [first, stock], math.inf)[:race_caps]
+    assert [plan_label(plan_from_json(c)) for c in doc["challengers"]] == [plan_label(p) for p, _ in want]
+    assert [c["beats_stock"] for c in doc["predicted"].get("challengers", [])] == [s < doc["predicted"]["stock_s"] for _, s in want]
+    assert race_caps < 2 or len(want) == race_caps  # the profile leaves caps enough to race

@@ -184,9 +184,9 @@ def ranked_caps(
 ) -> list[tuple[Plan, float]]:
     """The plans of DDP's ``bucket_cap_mb`` among ``caps_mb`` with their predicted iterations under
     ``semantics``, fastest first (equal times: fewer buckets first): those whose buckets differ from
-    every plan of ``others`` and from each other (of caps with the same buckets, the first listed) and that are predicted
-    faster than ``than_s``. The caps a user sweeps by hand, ranked by the model instead of measured
-    one by one (tuning's race)."""
+    every plan of ``others`` and from each other (of caps with the same buckets, the first listed)
+    and that are predicted faster than ``than_s``. The caps a user sweeps by hand, ranked by the
+    model instead of measured one by one (tuning's race)."""
     scored: list[tuple[float, int, Plan]] = []
     for mb in caps_mb:
         plan, timeline = plan_and_timeline(ddp_with_cap(mb), profile, cost, semantics)

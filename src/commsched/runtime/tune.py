@@ -97,9 +97,10 @@ class TuneConfig:
     plan, and a trial that reaches it keeps stock DDP's buckets.
     ``fallback_caps_mb``: the ``bucket_cap_mb`` values the race's caps are chosen from;
     ``race_caps``: how many of them (the model's first) race after the first plan (0, or no caps:
-    no race; module docstring, 5). ``min_gain``: what a plan must be predicted to gain over stock DDP's defaults to be
-    tried; 1%, not the 3% ``plan`` and ``plan_for`` ask before applying a plan unmeasured: here the
-    trial measures it and the budget bounds what a plan that loses costs (docs/design.md)."""
+    no race; module docstring, 5). ``min_gain``: what a plan must be predicted to gain over stock
+    DDP's defaults to be tried; 1%, not the 3% ``plan`` and ``plan_for`` ask before applying a plan
+    unmeasured: here the trial measures it and the budget bounds what a plan that loses costs
+    (docs/design.md)."""
 
     strategy: str = "optimal"
     warmup_steps: int = 3
@@ -608,8 +609,9 @@ class Tuner:
         nxt, _ = self.challengers.pop(0)
         if self.rank == 0 and self.cfg.log:
             what = f"measured faster than {self._baseline()}" if won else f"did not measure faster than {self._baseline()}"
+            against = f"{plan_label(self.plan)}'s buckets" if won else self._baseline()
             print(f"commsched tune: {plan_label(self.plan)} {what} ({doc['why']}); racing {plan_label(nxt)} ({len(nxt.buckets)} buckets) "
-                  f"against {plan_label(self.plan) if won else self._baseline()}", file=sys.stderr, flush=True)
+                  f"against {against}", file=sys.stderr, flush=True)
         self.tried_plans.append(self.plan)
         if won:  # a previous incumbent and its DDP go
             self.incumbent, self.incumbent_ddp = self.plan, self.plan_ddp
