@@ -12,47 +12,36 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _report(folder: str, rate: str, models: str) -> str:
+    """tune_emulated.py's tables from the results stored under benchmarks/data/tune/``folder``."""
+    r = subprocess.run(
+        [sys.executable, "benchmarks/tune_emulated.py", "--report-only", "--rate-mbit", rate, "--out", f"benchmarks/data/tune/{folder}", "--models", models],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout
+
+
 def test_the_stored_results_make_the_table_in_benchmarks_md():
-    r = subprocess.run(
-        [sys.executable, "benchmarks/tune_emulated.py", "--report-only", "--out", "benchmarks/data/tune", "--models", "tied_lm,resnet18"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert "| tied_lm | 146.8 | 129.1 (1.137x) | 5, 128.1 (1.146x) | 130.9 (1.122x) | plan, 41 (17), cost -0.07 s | 120 |" in r.stdout
-    assert "| resnet18 | 141.2 | 132.9 (1.063x) | 1, 130.5 (1.082x) | 134.2 (1.052x) | plan, 37 (15), cost 0.02 s | 120 |" in r.stdout
     bench = (ROOT / "BENCHMARKS.md").read_text()
+    out = _report("", "2000", "tied_lm,resnet18")
+    assert "| tied_lm | 146.8 | 129.1 (1.137x) | 5, 128.1 (1.146x) | 130.9 (1.122x) | plan, 41 (17), cost -0.07 s | 120 |" in out
+    assert "| resnet18 | 141.2 | 132.9 (1.063x) | 1, 130.5 (1.082x) | 134.2 (1.052x) | plan, 37 (15), cost 0.02 s | 120 |" in out
     assert "129.1 (**1.137x**)" in bench and "| 141.2 | 132.9 (**1.063x**) |" in bench
-    r = subprocess.run(
-        [sys.executable, "benchmarks/tune_emulated.py", "--report-only", "--rate-mbit", "500", "--out", "benchmarks/data/tune",
-         "--models", "tied_lm,gated_experts,mobilenet_v2"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert "| gated_experts | 202.0 | 202.7 (0.997x) | 25, 200.1 (1.009x) | 200.2 (1.009x) | stock, 11 (0), cost 0.44 s | 120 |" in r.stdout
-    assert "| mobilenet_v2 | 142.8 | 144.7 (0.987x) | 5, 142.8 (1.000x) | 146.2 (0.977x) | stock, 11 (0), cost 0.43 s | 120 |" in r.stdout
+    out = _report("", "500", "tied_lm,gated_experts,mobilenet_v2")
+    assert "| gated_experts | 202.0 | 202.7 (0.997x) | 25, 200.1 (1.009x) | 200.2 (1.009x) | stock, 11 (0), cost 0.44 s | 120 |" in out
+    assert "| mobilenet_v2 | 142.8 | 144.7 (0.987x) | 5, 142.8 (1.000x) | 146.2 (0.977x) | stock, 11 (0), cost 0.43 s | 120 |" in out
     assert "| 202.0 | 202.7 (0.997x) |" in bench and "| 142.8 | 144.7 (0.987x) |" in bench
-    r = subprocess.run(
-        [sys.executable, "benchmarks/tune_emulated.py", "--report-only", "--rate-mbit", "500", "--out", "benchmarks/data/tune", "--models", "efficientnet_b0"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert "| efficientnet_b0 | 205.8 | 210.8 (0.976x) | 1, 205.0 (1.004x) | 209.2 (0.984x) | stock, 53 (22), cost 0.68 s | 120 |" in r.stdout
+    out = _report("", "500", "efficientnet_b0")
+    assert "| efficientnet_b0 | 205.8 | 210.8 (0.976x) | 1, 205.0 (1.004x) | 209.2 (0.984x) | stock, 53 (22), cost 0.68 s | 120 |" in out
     assert "| 205.8 | 210.8 (0.976x) |" in bench
-    r = subprocess.run(
-        [sys.executable, "benchmarks/tune_emulated.py", "--report-only", "--out", "benchmarks/data/tune", "--models", "googlenet,lstm_lm"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert "| googlenet | 152.7 | 146.1 (1.045x) | 1, 146.4 (1.043x) | 150.0 (1.018x) | plan, 37 (15), cost 0.04 s | 120 |" in r.stdout
+    out = _report("", "2000", "googlenet,lstm_lm")
+    assert "| googlenet | 152.7 | 146.1 (1.045x) | 1, 146.4 (1.043x) | 150.0 (1.018x) | plan, 37 (15), cost 0.04 s | 120 |" in out
     assert "| 152.7 | 146.1 (**1.045x**) | 1, 146.4 (1.043x) | 150.0 (1.018x) |" in bench
-    assert "| lstm_lm | 160.3 | 160.9 (0.996x) | 10, 159.6 (1.004x) | 161.2 (0.994x) | stock, 11 (0), cost 0.21 s | 120 |" in r.stdout
+    assert "| lstm_lm | 160.3 | 160.9 (0.996x) | 10, 159.6 (1.004x) | 161.2 (0.994x) | stock, 11 (0), cost 0.21 s | 120 |" in out
     assert "| 160.3 | 160.9 (0.996x) | 10, 159.6 (1.004x) | 161.2 (0.994x) |" in bench
-    r = subprocess.run(
-        [sys.executable, "benchmarks/tune_emulated.py", "--report-only", "--rate-mbit", "500", "--out", "benchmarks/data/tune", "--models", "bert_small"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert "| bert_small | 308.7 | 253.1 (1.219x) | 1, 251.4 (1.228x) | 262.7 (1.175x) | optimal, 117 (95), cost -9.88 s | 120 |" in r.stdout
+    out = _report("", "500", "bert_small")
+    assert "| bert_small | 308.7 | 253.1 (1.219x) | 1, 251.4 (1.228x) | 262.7 (1.175x) | optimal, 117 (95), cost -9.88 s | 120 |" in out
     assert "| 308.7 | 253.1 (**1.219x**) | 1, 251.4 (1.228x) | 262.7 (1.175x) |" in bench
 
 
@@ -78,6 +67,9 @@ PAIRED = {  # (folder, rate): {model: the row's cells from "tuned vs stock" to t
     ("race2", "2000"): {
         "resnet18": "1.049x [1.047, 1.064] | 1.053x [1.031, 1.060] | 1: 1.062x [1.056, 1.074] | 0.991x [0.986, 0.993] | optimal, 117 (95), -0.97 s; optimal, 117 (95), -0.69 s; optimal, 81 (59), -0.18 s",
     },
+    ("race2", "500"): {
+        "bert_small": "1.211x [1.207, 1.212] | 1.174x [1.173, 1.177] | 1: 1.232x [1.225, 1.234] | 0.982x [0.979, 0.988] | optimal, 117 (95), -9.42 s; optimal, 117 (95), -10.44 s; optimal, 117 (95), -11.51 s",
+    },
     ("race", "500"): {
         "tied_lm": "1.114x [1.107, 1.116] | 1.097x [1.094, 1.101] | 1: 1.111x [1.100, 1.113] | 1.002x [0.997, 1.013] | bucket_cap_mb=1, 67 (45), -1.21 s; bucket_cap_mb=1, 67 (45), -1.03 s; optimal, 51 (29), -0.66 s",
     },
@@ -87,15 +79,10 @@ PAIRED = {  # (folder, rate): {model: the row's cells from "tuned vs stock" to t
 @pytest.mark.parametrize("where", sorted(PAIRED))
 def test_the_paired_runs_make_their_rows_in_benchmarks_md(where):
     folder, rate = where
-    r = subprocess.run(
-        [sys.executable, "benchmarks/tune_emulated.py", "--report-only", "--rate-mbit", rate, "--out", f"benchmarks/data/tune/{folder}",
-         "--models", ",".join(PAIRED[where])],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )
-    assert r.returncode == 0, r.stderr[-2000:]
+    out = _report(folder, rate, ",".join(PAIRED[where]))
     bench = (ROOT / "BENCHMARKS.md").read_text()
     for model, cells in PAIRED[where].items():
-        assert f"| {model} | 3 |" in r.stdout and f"| {cells} |" in r.stdout, (model, r.stdout)
+        assert f"| {model} | 3 |" in out and f"| {cells} |" in out, (model, out)
         # BENCHMARKS.md bolds the tuned ratio (the first cell) and names the cap in its header
         first, rest = cells.split(" | ", 1)
         tuned, spread = first.split(" ", 1)
