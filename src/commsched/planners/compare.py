@@ -196,11 +196,3 @@ def ranked_caps(
         scored.append((t, len(plan.buckets), plan))
     scored.sort(key=lambda s: (s[0], s[1]))
     return [(plan, t) for t, _, plan in scored]
-
-
-def best_cap(
-    profile: ModelProfile, cost: CostModel, semantics: Semantics, caps_mb: Sequence[float], others: Sequence[Plan], than_s: float
-) -> tuple[Plan | None, float]:
-    """(the first of :func:`ranked_caps`, its predicted iteration); ``(None, nan)`` when there is none."""
-    ranked = ranked_caps(profile, cost, semantics, caps_mb, others, than_s)
-    return ranked[0] if ranked else (None, float("nan"))
