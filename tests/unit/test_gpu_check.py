@@ -74,6 +74,27 @@ def test_dry_path_says_what_it_skipped_and_why_within_the_limits(tmp_path):
     assert audit(out) == []
 
 
+def test_steps_runs_only_the_steps_named_and_refuses_an_unknown_one(tmp_path, monkeypatch):
+    """A rerun of the failed steps: --steps runs those (after the versions), records the others as
+    not asked for; a misspelt step is a usage error that names it and the steps there are."""
+    from commsched.gpu_check import driver
+
+    ran = []
+    monkeypatch.setattr(driver.Check, "_versions", lambda self: {"torch": "2.11.0", "cuda_available": True})
+    for spec in STEPS[1:]:
+        monkeypatch.setattr(driver.Check, "_step_" + spec.name.replace("-", "_"),
+                            lambda self, limit, n=spec.name: ran.append(n) or driver.StepResult(n, "ok", ""))
+    out = tmp_path / "out"
+    assert driver.main([str(out), "--steps", "contention,profiles"]) == 0
+    assert ran == ["profiles", "contention"]
+    steps = {s["name"]: s for s in json.loads((out / "results.json").read_text())["steps"]}
+    assert steps["cuda-tests"]["status"] == steps["nccl-tuner"]["status"] == "skipped"
+    assert "not asked for (--steps contention,profiles)" in steps["cuda-tests"]["why"]
+    r = subprocess.run([sys.executable, "-m", "commsched.gpu_check", str(tmp_path / "o2"), "--steps", "profile"],
+                       env=_env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "unknown step(s) profile" in r.stderr and "nccl-tuner" in r.stderr, r.stderr
+
+
 def test_make_gpu_check_uses_the_machines_python3_and_no_venv():
     make = shutil.which("make")
     if make is None:

@@ -25,6 +25,9 @@ contention     100 s     a zoo model's backward pass alone and beside all-reduce
                          a ``commsched.resource_samples/v1`` file, fitted by ``bench-resources --fit``
 =============  ========  ==================================================================================
 
+``--steps nccl-tuner,contention`` runs only the steps named (the versions always run; the others are
+recorded as not asked for), so that a rerun spends its time on the steps that failed.
+
 Without CUDA (or without torch) it takes its dry path: the versions, then every other step skipped
 with the reason. Every step's result (ok, failed with the error, skipped with why) goes in
 ``results.json`` and ``summary.md``; the raw artifacts beside them are the ``cuda``-tests' output,
@@ -361,9 +364,14 @@ class Check:
     """One run of the whole check into ``out``."""
 
     def __init__(self, out: str | os.PathLike[str], budget_s: float = TOTAL_BUDGET_S, dry_run: bool = False,
-                 echo=print) -> None:
+                 echo=print, only: Sequence[str] | None = None) -> None:
+        names = [s.name for s in STEPS[1:]]
+        unknown = [n for n in (only or ()) if n not in names]
+        if unknown:
+            raise ValueError(f"unknown step(s) {', '.join(unknown)}: the steps are {', '.join(names)}")
         self.outbox = Outbox(out)
         self.budget_s, self.force_dry, self.echo = budget_s, dry_run, echo
+        self.only = tuple(only) if only else None  # None: every step
         self.t0 = time.monotonic()
         self.work = Path(tempfile.mkdtemp(prefix="commsched-gpu-check-"))
         self.results: list[StepResult] = []
@@ -393,6 +401,9 @@ class Check:
         v = self._versions()
         dry_why = self._dry_reason(v)
         for spec in STEPS[1:]:
+            if self.only is not None and spec.name not in self.only:
+                self._record(StepResult(spec.name, "skipped", f"not asked for (--steps {','.join(self.only)})", budget_s=spec.budget_s))
+                continue
             if dry_why:
                 self._record(StepResult(spec.name, "skipped", dry_why, budget_s=spec.budget_s))
                 continue
@@ -765,7 +776,7 @@ def summary_text(doc: dict) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python3 -m commsched.gpu_check [OUT] [--budget-s S] [--dry-run]``: the exit status of the run
+    """``python3 -m commsched.gpu_check [OUT] [--budget-s S] [--dry-run] [--steps a,b]``: the exit status of the run
     (1 when a step failed, else 0), or 2 with a usage error."""
     import click  # the GPU machine has click; imported here so that the steps' processes need not load it
 
@@ -777,8 +788,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     @click.argument("out", required=False, default=None)
     @click.option("--budget-s", type=float, default=TOTAL_BUDGET_S, help=f"Time for the whole run (default {TOTAL_BUDGET_S:.0f}).")
     @click.option("--dry-run", is_flag=True, help="Take the dry path even with a GPU.")
-    def command(out: str | None, budget_s: float, dry_run: bool) -> int:
-        return Check(out or os.environ.get("OUT") or "out/gpu-check", budget_s, dry_run).run()
+    @click.option("--steps", "only", default=None, metavar="A,B",
+                  help="Run only these steps (the versions always run), e.g. to rerun the ones that failed: "
+                  + ", ".join(s.name for s in STEPS[1:]) + ".")
+    def command(out: str | None, budget_s: float, dry_run: bool, only: str | None) -> int:
+        names = [n.strip() for n in only.split(",") if n.strip()] if only else None
+        try:
+            check = Check(out or os.environ.get("OUT") or "out/gpu-check", budget_s, dry_run, only=names)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--steps") from None
+        return check.run()
 
     args = list(sys.argv[1:] if argv is None else argv)
     try:
