@@ -220,7 +220,9 @@ class StepRecorder:
 
     def _reset(self) -> None:
         self._t0 = 0.0
-        self._forward_end = 0.0
+        # None until the forward hook stamps it: a recorder attached inside a forward (the tuner's)
+        # misses that step's forward end (torch collects the hooks before the forward runs)
+        self._forward_end = None
         self._ready: dict[str, float] = {}
         self._buckets: list[list] = []  # per launch: [start, end, bytes]
         self._closing = False
@@ -311,7 +313,7 @@ class StepRecorder:
         if self._order is None:
             self._order = tuple(sorted(ready, key=ready.get))  # first step: the ready order
         return StepRecord(
-            forward_end_s=rel(forward_end),
+            forward_end_s=rel(forward_end) if forward_end is not None else float("nan"),
             ready_s=tuple(ready.get(n, float("nan")) for n in self._order),
             bucket_start_s=tuple(rel(e[0]) for e in buckets),
             bucket_end_s=tuple(rel(e[1]) if e[1] is not None else float("nan") for e in buckets),
