@@ -47,8 +47,8 @@ layout (see :func:`commsched.ddp_options`); a DDP bucket that does not hold exac
 bucket's tensors goes to DDP's own process group (the library default config), as do buckets whose
 ``resources`` are null.
 
-This module is written against the documented APIs; the NCCL path has not run on a GPU here
-(tests skip without CUDA).
+This module is written against the documented APIs; the NCCL path has run on one H200 with one
+rank (make gpu-check, docs/gpu.md), never with two NCCL ranks (its tests skip without CUDA).
 """
 
 from __future__ import annotations
