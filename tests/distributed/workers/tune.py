@@ -31,7 +31,10 @@ MIN_GAIN = float(sys.argv[5]) if len(sys.argv) > 5 else 0.03
 MAX_COST = float(sys.argv[6]) if len(sys.argv) > 6 else 0.9
 CUDA = os.environ.get("TUNE_CUDA") == "1"
 DEVICE = "cuda" if CUDA else "cpu"
-STEPS = 26
+# 2 warm-up + 3 calibration steps, then trials of at most 4 pairs of 1-step blocks (8 steps): 26
+# steps hold two trials; a first plan and two racing caps that each run to max_pairs (a loaded
+# machine) need 29, and the verdict comes in the step after
+STEPS = 34 if os.environ.get("TUNE_SLOW_FIRST") == "1" or os.environ.get("TUNE_SLOW_STOCK") == "1" else 26
 VOCAB, D = 40, 32
 
 
