@@ -32,6 +32,10 @@ def test_the_h200_trace_with_its_model_agrees_with_measure_on_that_gpu(measured)
     assert p.forward_s == pytest.approx(measured["forward_s"], rel=0.10)
     backward = sum(t["backward_s"] for t in measured["tensors"])
     assert sum(t.backward_s for t in p.tensors) == pytest.approx(backward, rel=0.10)
+    # and what the reader made of this trace on the GPU machine, to the last digit it wrote
+    there = json.loads((RUN / "profiles.json").read_text())["resnet50"]["from_trace"]
+    assert p.forward_s == pytest.approx(there["forward_s"], rel=1e-9)
+    assert [t.backward_s for t in p.tensors] == pytest.approx([t["backward_s"] for t in there["tensors"]], rel=1e-9, abs=1e-12)
 
 
 def test_the_h200_trace_without_a_model_names_gradients_by_shape_with_the_same_times(measured):

@@ -165,7 +165,7 @@ def _trace_against_measure(out: Path) -> tuple[tuple[float, float, float], str]:
 
 @pytest.mark.cuda
 def test_a_cuda_trace_reads_its_host_steps_on_the_device_clock(tmp_path):
-    """A real CUDA trace (bert_small, batch 8: no torchvision, which make gpu-check's machine lacks):
+    """A real CUDA trace (bert_small, batch 8: no torchvision needed, which a GPU machine may lack):
     torch writes ProfilerStep#N again as a gpu_user_annotation on the GPU's row; only the host ones are
     steps (as many as the active steps). The kernels give the device clock, and the gradients come out
     in the reference run's order under its names."""

@@ -93,6 +93,10 @@ def test_steps_runs_only_the_steps_named_and_refuses_an_unknown_one(tmp_path, mo
     r = subprocess.run([sys.executable, "-m", "commsched.gpu_check", str(tmp_path / "o2"), "--steps", "profile"],
                        env=_env(), capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "unknown step(s) profile" in r.stderr and "nccl-tuner" in r.stderr, r.stderr
+    assert driver.main([str(tmp_path / "o3"), "--steps", "versions"]) == 2  # always runs: not a step to name
+    assert driver.main([str(tmp_path / "o3"), "--steps", ","]) == 2  # no step at all is not every step
+    assert driver.main([str(out), "--steps", "profiles"]) == 2  # a rerun into the first run's folder
+    assert ran == ["profiles", "contention"] and (out / "results.json").exists()
 
 
 def test_make_gpu_check_uses_the_machines_python3_and_no_venv():
@@ -539,3 +543,17 @@ def test_two_ranks_agree_on_every_hold_even_when_one_retries_at_once():
     for t in threads:
         t.join(20)
     assert answers[0] == answers[1] == [False, True]
+
+
+def test_resnet50_is_profiled_at_a_batch_whose_kernels_outlast_the_profiled_host(tmp_path):
+    """Batch 64 on the H200 left the GPU waiting for the profiler's launches (the trace 19-37% slower
+    than --measure); 256 where the card holds it, 64 on a smaller card; BERT models without torchvision."""
+    from commsched.gpu_check import driver
+
+    check = driver.Check(tmp_path / "out", echo=lambda *a, **k: None)
+    check.versions = {"torchvision": "0.26.0", "memory_gib": 139.8}
+    assert check.profile_models() == [("resnet50", 256), ("bert_base", 32)]
+    check.versions = {"torchvision": "0.26.0", "memory_gib": 23.6}
+    assert check.profile_models() == [("resnet50", 64), ("bert_base", 32)]
+    check.versions = {"torchvision": None, "memory_gib": 139.8}
+    assert [m for m, _ in check.profile_models()] == ["bert_base", "bert_small"]

@@ -139,7 +139,7 @@ def test_measure_zoo_profile_refuses_cuda_without_a_gpu():
 
 @pytest.mark.cuda
 def test_measure_zoo_profile_runs_on_cuda_by_default():
-    # bert_small needs no torchvision, which make gpu-check's machine lacks (resnet18 would fail there)
+    # bert_small needs no torchvision, which a GPU machine may lack (resnet18 would fail there)
     profile = measure_zoo_profile("bert_small", 4, warmup=1, iters=3)
     assert profile.device == torch.cuda.get_device_name()
     cpu = measure_zoo_profile("bert_small", 4, device="cpu", warmup=0, iters=1)

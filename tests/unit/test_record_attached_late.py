@@ -19,7 +19,7 @@ def test_a_step_whose_forward_end_was_not_stamped_records_nan_and_the_next_steps
         names = tuple(n for n, _ in ddp.module.named_parameters())
         box = {}
 
-        def attach(module, _args):  # inside the forward, after torch collected this call's hooks
+        def attach(module, _args):  # inside the DDP's forward, a call that began with no hooks on it
             if "rec" not in box:
                 box["rec"] = StepRecorder(ddp, order=names)
                 box["rec"]._on_forward_start(ddp, ())

@@ -26,7 +26,8 @@ contention     100 s     a zoo model's backward pass alone and beside all-reduce
 =============  ========  ==================================================================================
 
 ``--steps nccl-tuner,contention`` runs only the steps named (the versions always run; the others are
-recorded as not asked for), so that a rerun spends its time on the steps that failed.
+recorded as not asked for), so that a rerun spends its time on the steps that failed; it writes to a
+fresh OUT (one holding a ``results.json`` is refused: the earlier run's files stay).
 
 Without CUDA (or without torch) it takes its dry path: the versions, then every other step skipped
 with the reason. Every step's result (ok, failed with the error, skipped with why) goes in
@@ -366,9 +367,16 @@ class Check:
     def __init__(self, out: str | os.PathLike[str], budget_s: float = TOTAL_BUDGET_S, dry_run: bool = False,
                  echo=print, only: Sequence[str] | None = None) -> None:
         names = [s.name for s in STEPS[1:]]
-        unknown = [n for n in (only or ()) if n not in names]
-        if unknown:
-            raise ValueError(f"unknown step(s) {', '.join(unknown)}: the steps are {', '.join(names)}")
+        if only is not None:
+            if not only:
+                raise ValueError(f"no step named: name one or more of {', '.join(names)}")
+            unknown = [n for n in only if n not in names]
+            if unknown:
+                always = " (the versions always run)" if STEPS[0].name in unknown else ""
+                raise ValueError(f"unknown step(s) {', '.join(unknown)}{always}: the steps are {', '.join(names)}")
+            if (Path(out) / RESULTS).exists():  # the Outbox would delete that run's artifacts
+                raise ValueError(f"{Path(out) / RESULTS} exists: a rerun of some steps goes to a fresh folder, "
+                                 "so that the earlier run's results and artifacts stay")
         self.outbox = Outbox(out)
         self.budget_s, self.force_dry, self.echo = budget_s, dry_run, echo
         self.only = tuple(only) if only else None  # None: every step
@@ -489,11 +497,12 @@ class Check:
     # -- step: profile --measure against --from-trace
     def profile_models(self) -> list[tuple[str, int]]:
         # resnet50 at batch 256, not 64: on an H200 at 64 the profiler's host overhead (record_shapes,
-        # 45 ms of host time a step) starved the GPU's 32 ms of kernels, so the trace ran 19% / 37%
+        # 43-48 ms of host time a step) starved the GPU's 32 ms of kernels, so the trace ran 19% / 37%
         # slower than --measure (forward / backward; gpu-check of 2026-11-27): a batch whose kernels
         # outlast the profiled host's launches compares the reader, not the profiler's overhead
+        # (about 30 GB with the profiler at 256: a card with less memory, slower anyway, takes 64)
         if self.versions.get("torchvision"):
-            return [("resnet50", 256), ("bert_base", 32)]
+            return [("resnet50", 256 if (self.versions.get("memory_gib") or 0) >= 40 else 64), ("bert_base", 32)]
         return [("bert_base", 32), ("bert_small", 128)]
 
     def _step_profiles(self, limit: float) -> StepResult:
@@ -793,10 +802,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     @click.option("--budget-s", type=float, default=TOTAL_BUDGET_S, help=f"Time for the whole run (default {TOTAL_BUDGET_S:.0f}).")
     @click.option("--dry-run", is_flag=True, help="Take the dry path even with a GPU.")
     @click.option("--steps", "only", default=None, metavar="A,B",
-                  help="Run only these steps (the versions always run), e.g. to rerun the ones that failed: "
+                  help="Run only these steps (the versions always run), e.g. to rerun the ones that failed, "
+                  "into a fresh OUT: "
                   + ", ".join(s.name for s in STEPS[1:]) + ".")
     def command(out: str | None, budget_s: float, dry_run: bool, only: str | None) -> int:
-        names = [n.strip() for n in only.split(",") if n.strip()] if only else None
+        names = [n.strip() for n in only.split(",") if n.strip()] if only is not None else None
         try:
             check = Check(out or os.environ.get("OUT") or "out/gpu-check", budget_s, dry_run, only=names)
         except ValueError as e:

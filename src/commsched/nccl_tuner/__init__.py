@@ -34,7 +34,9 @@ Limits (say them to the user, they are not bugs):
   per channel, not the count), so the table can do nothing reliable about it beyond keying the
   sums of buckets known to be issued together. DDP's reducer and its comm hooks, commsched's
   included, call one all-reduce per bucket outside any group, so DDP buckets are asked singly.
-- Nothing here has run under NCCL on a GPU; the tests call the library as NCCL's loader does.
+- NCCL 2.28.9 has loaded the library and read its table with one rank on an H200 (make gpu-check,
+  docs/gpu.md); its answers have not set a collective's channels yet (one rank launches none). The
+  tests call the library as NCCL's loader does.
 """
 
 from __future__ import annotations

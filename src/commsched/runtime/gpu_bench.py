@@ -1,6 +1,7 @@
 """The CUDA side of ``commsched bench-resources`` (the command is :mod:`commsched.cli.bench`, the
 samples and their fit :mod:`commsched.cost.resource_samples`): all-reduce alone per block count and
-size, and a backward pass's slowdown beside all-reduces of each block count. Needs CUDA and NCCL; not run on a GPU here (its decisions are tested on the CPU).
+size, and a backward pass's slowdown beside all-reduces of each block count. Needs CUDA and NCCL. Its timing helpers ran in make gpu-check's contention step on one H200; its NCCL
+measuring needs two GPUs and has not run (its decisions are tested on the CPU).
 
 Two ways to set the block count (``mechanism``):
 

@@ -59,6 +59,8 @@ class StepRecord:
 
     ``ready_s`` is per tensor in ``tensor_names`` order (nan when the tensor got no gradient this
     step); buckets are in launch order (DDP's bucket index), with the tensors each carried.
+    ``forward_end_s`` is nan for a step whose forward end was not stamped (the step during which a
+    recorder was attached, inside its forward: the tuner drops that record).
     """
 
     forward_end_s: float
@@ -221,7 +223,8 @@ class StepRecorder:
     def _reset(self) -> None:
         self._t0 = 0.0
         # None until the forward hook stamps it: a recorder attached inside a forward (the tuner's)
-        # misses that step's forward end (torch collects the hooks before the forward runs)
+        # misses that step's forward end (a module call that began with no hooks runs none: the
+        # fast path of Module._call_impl)
         self._forward_end = None
         self._ready: dict[str, float] = {}
         self._buckets: list[list] = []  # per launch: [start, end, bytes]
