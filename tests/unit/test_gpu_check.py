@@ -557,3 +557,17 @@ def test_resnet50_is_profiled_at_a_batch_whose_kernels_outlast_the_profiled_host
     assert check.profile_models() == [("resnet50", 64), ("bert_base", 32)]
     check.versions = {"torchvision": None, "memory_gib": 139.8}
     assert [m for m, _ in check.profile_models()] == ["bert_base", "bert_small"]
+
+
+def test_the_contention_probe_keeps_a_large_card_busy(tmp_path):
+    """resnet18 at batch 32 was launch-bound on the H200 (its slowdowns were the host's jitter):
+    batch 256 where the card holds it, 32 on a smaller one; bert_base without torchvision."""
+    from commsched.gpu_check import driver
+
+    check = driver.Check(tmp_path / "out", echo=lambda *a, **k: None)
+    check.versions = {"torchvision": "0.26.0", "memory_gib": 139.8}
+    assert check.contention_model() == ("resnet18", 256)
+    check.versions = {"torchvision": "0.26.0", "memory_gib": 23.6}
+    assert check.contention_model() == ("resnet18", 32)
+    check.versions = {"torchvision": None, "memory_gib": 79.1}
+    assert check.contention_model() == ("bert_base", 128)

@@ -652,7 +652,11 @@ class Check:
 
     # -- step: the contention probe
     def contention_model(self) -> tuple[str, int]:
-        return ("resnet18", 32) if self.versions.get("torchvision") else ("bert_base", 16)
+        # resnet18 at batch 32 took 6-9 ms of backward on an H200, launch-bound: its events timed the
+        # host's jitter, and three runs gave slowdowns of 0.75-1.14 in no order of the blocks
+        # (BENCHMARKS.md section 12). A batch 8x larger keeps the GPU busy (where the card holds it).
+        big = (self.versions.get("memory_gib") or 0) >= 40
+        return ("resnet18", 256 if big else 32) if self.versions.get("torchvision") else ("bert_base", 128 if big else 16)
 
     def _step_contention(self, limit: float) -> StepResult:
         from commsched.cost.cluster import cluster_from_json
