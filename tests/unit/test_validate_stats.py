@@ -194,6 +194,21 @@ def test_the_table_drifts_with_the_anchors_measured_in_the_rounds():
     assert drifted(table, {}) is table
 
 
+def test_a_drift_that_differs_between_anchors_leaves_the_table_non_decreasing():
+    """resnet18 under make test: the 46.7 MB anchor drifted less than the 8 MiB one, so 32 MiB,
+    scaled between them, came out slower than 46.7 MB and the table "extrapolated to 0 s" (an error
+    that ended validate); the scaled points are pooled as table_cost pools the measured ones."""
+    from commsched.cost.models import Table
+    from commsched.calibrate import drifted
+
+    big = 46_758_048
+    table = Table((1, 8 << 20, 32 << 20, big), (0.001, 0.006, 0.0235, 0.0240))
+    t = drifted(table, {8 << 20: 0.009, big: 0.0233})  # 1.5x at 8 MiB, 0.97x at 46.7 MB
+    assert t.nondecreasing and t.time_s(big) >= t.time_s(32 << 20) > t.time_s(8 << 20)
+    assert t.time_s(1 << 40) >= t.time_s(big)  # extrapolates up, or flat, never to 0
+    assert t.time_s(8 << 20) == pytest.approx(0.009)
+
+
 def test_compute_time_per_call_is_what_the_rate_does_not_explain():
     # c = 1 (see above); a chain of 10 calls of 2 ms in flight 20 ms of a 1.2 s backward pass: the
     # rate explains 10 ms of the 200 ms it lost, the other 190 ms are 19 ms per call

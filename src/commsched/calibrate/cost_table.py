@@ -102,7 +102,7 @@ def anchors_of(samples: list[dict]) -> dict[int, float]:
 def drifted(cost: Table, anchors: dict[int, float]) -> Table:
     """The cost table measured before the rounds, brought to the rounds' minutes: scaled by the
     ratio of the in-round to the table's time at the probe sizes, interpolated in log2(size) and
-    flat beyond them. On this machine all-reduce times drifted by a third between the minutes
+    flat beyond them, and made non-decreasing again as :func:`table_cost` makes it. On this machine all-reduce times drifted by a third between the minutes
     before the rounds and the rounds themselves (mobilenet_v2: 4.4 ms against 2.2 ms per 16 KiB
     call), like compute does; the profile is calibrated inside the rounds for the same reason."""
     if not anchors:
@@ -111,5 +111,8 @@ def drifted(cost: Table, anchors: dict[int, float]) -> Table:
     xs = [math.log2(b) for b in sizes]
     ys = [anchors[b] / max(cost.time_s(b), 1e-12) for b in sizes]
     scale = np.interp(np.log2(np.asarray(cost.bytes, dtype=np.float64)), xs, ys)
-    return Table(cost.bytes, tuple(float(t * f) for t, f in zip(cost.seconds, scale)))
+    # made non-decreasing again: scales that differ between anchors can turn the table down (a
+    # resnet18 run's 46.7 MB anchor drifted less than its 8 MiB one, and 32 MiB came out slower
+    # than 46.7 MB, a table that "extrapolates to 0 s")
+    return Table(*nondecreasing_points(cost.bytes, [float(t * f) for t, f in zip(cost.seconds, scale)]))
 
