@@ -494,6 +494,10 @@ class Check:
             r.notes.append(f"{counts['skipped']} cuda test(s) skipped on this GPU machine; their reasons are in {PYTEST_OUT}")
         return r
 
+    def large_card(self) -> bool:
+        """40 GiB or more: room for the batches that keep the GPU busy (profiles, contention)."""
+        return (self.versions.get("memory_gib") or 0) >= 40
+
     # -- step: profile --measure against --from-trace
     def profile_models(self) -> list[tuple[str, int]]:
         # resnet50 at batch 256, not 64: on an H200 at 64 the profiler's host overhead (record_shapes,
@@ -502,7 +506,7 @@ class Check:
         # outlast the profiled host's launches compares the reader, not the profiler's overhead
         # (about 30 GB with the profiler at 256: a card with less memory, slower anyway, takes 64)
         if self.versions.get("torchvision"):
-            return [("resnet50", 256 if (self.versions.get("memory_gib") or 0) >= 40 else 64), ("bert_base", 32)]
+            return [("resnet50", 256 if self.large_card() else 64), ("bert_base", 32)]
         return [("bert_base", 32), ("bert_small", 128)]
 
     def _step_profiles(self, limit: float) -> StepResult:
@@ -655,7 +659,7 @@ class Check:
         # resnet18 at batch 32 took 6-9 ms of backward on an H200, launch-bound: its events timed the
         # host's jitter, and three runs gave slowdowns of 0.75-1.14 in no order of the blocks
         # (BENCHMARKS.md section 12). A batch 8x larger keeps the GPU busy (where the card holds it).
-        big = (self.versions.get("memory_gib") or 0) >= 40
+        big = self.large_card()
         return ("resnet18", 256 if big else 32) if self.versions.get("torchvision") else ("bert_base", 128 if big else 16)
 
     def _step_contention(self, limit: float) -> StepResult:

@@ -34,7 +34,9 @@ DEVICE = "cuda" if CUDA else "cpu"
 # 2 warm-up + 3 calibration steps, then trials of at most 4 pairs of 1-step blocks (8 steps): 26
 # steps hold two trials; a first plan and two racing caps that each run to max_pairs (a loaded
 # machine) need 29, and the verdict comes in the step after
-STEPS = 34 if os.environ.get("TUNE_SLOW_FIRST") == "1" or os.environ.get("TUNE_SLOW_STOCK") == "1" else 26
+SLOW_FIRST = os.environ.get("TUNE_SLOW_FIRST") == "1"
+SLOW_STOCK = os.environ.get("TUNE_SLOW_STOCK") == "1"
+STEPS = 34 if SLOW_FIRST or SLOW_STOCK else 26
 VOCAB, D = 40, 32
 
 
@@ -164,11 +166,9 @@ def main() -> None:
         from commsched.runtime.tune import Tuner
 
         Tuner._probe = lambda self, *args: os._exit(3)
-    slow_first = os.environ.get("TUNE_SLOW_FIRST") == "1"
-    if slow_first:
+    if SLOW_FIRST:
         slow_the_first_plan()
-    slow_stock = os.environ.get("TUNE_SLOW_STOCK") == "1"
-    if slow_stock:
+    if SLOW_STOCK:
         slow_stock_ddp()
     unused = MODEL == "unused"
     ref = make()
@@ -179,7 +179,7 @@ def main() -> None:
         rule=TrialRule(block=1, min_pairs_reject=2, min_pairs_keep=2, max_pairs=4), log=True,
         total_steps=int(os.environ["TUNE_TOTAL_STEPS"]) if os.environ.get("TUNE_TOTAL_STEPS") else None,
         # the slow first plan costs 30 ms a step: a budget of 2000 steps leaves room for the caps
-        **({"fallback_caps_mb": (4 / 1024, 16 / 1024), "min_job_steps": 2000} if slow_first or slow_stock else {}),
+        **({"fallback_caps_mb": (4 / 1024, 16 / 1024), "min_job_steps": 2000} if SLOW_FIRST or SLOW_STOCK else {}),
     )
     out = {"rank": rank, "runs": []}
     for _ in range(2):  # the second run is a restart of the same job: from memory
