@@ -162,7 +162,10 @@ def _plans():
     return make_plan(WFBP(), prof, cost), make_plan(ddp_with_cap(5), prof, cost), make_plan(DDP(), prof, cost)
 
 
-RULE = TrialRule(block=2, min_pairs_reject=3, min_pairs_keep=6, max_pairs=16)
+# steps here take exact times, so every pair's ratio is the same and any gain is "clear": the
+# clear-gain rule is off (min_pairs_clear = min_pairs_keep) to count the pairs of the bootstrap rule;
+# test_a_clear_gain_is_kept_after_three_pairs has it on
+RULE = TrialRule(block=2, min_pairs_reject=3, min_pairs_keep=6, min_pairs_clear=6, max_pairs=16)
 ROOMY = TuneConfig(warmup_steps=3, calibration_steps=8, rule=RULE, max_cost=0.5, log=False)  # a budget no test here reaches
 
 
@@ -187,6 +190,23 @@ def test_a_first_plan_that_loses_inside_the_budget_hands_over_to_the_second(monk
     # the report shows both plans against stock DDP's steps of both trials
     v = tune_mod._trial_as_validate(doc, [first, second], stock, RULE, 2, "gloo")
     assert set(v["strategies"]) == {"wfbp", "bucket_cap_mb=5"} and v["best_measured"] == "bucket_cap_mb=5"
+
+
+def test_a_clear_gain_is_kept_after_three_pairs(monkeypatch):
+    """The default rule: pairs that all measure the plan 10% faster, and then the cap 10% faster
+    again, end each trial after min_pairs_clear (3) pairs: 6 steps of stock DDP's defaults, not 12."""
+    first, second, stock = _plans()
+    rule = TrialRule()
+    t = _tuner(monkeypatch, TuneConfig(warmup_steps=3, calibration_steps=8, rule=rule, max_cost=0.5, log=False), first, second, stock)
+    ran = _run(t, {"wfbp": 0.9, "bucket_cap_mb=5": 0.81}, 200)
+    assert rule.min_pairs_clear == 3 and t.decision == "plan" and t.plan is second
+    start = t.cfg.warmup_steps + t.cfg.calibration_steps
+    assert ran.count("stock") == 3 * 2  # the first trial's baseline: 3 pairs of 2 steps
+    assert ran.count("incumbent:wfbp") == 3 * 2
+    doc = t.report()
+    assert [tr["pairs"] for tr in doc["trials"]] == [3, 3] and doc["trial_pairs"] == 6
+    assert "a clear gain" in doc["trials"][0]["why"] and doc["trials"][0]["measured_speedup"]["t_lower"] > 1
+    assert doc["steps_to_decide"] == start + 2 * (2 + 3 * 4)
 
 
 def test_a_second_plan_predicted_no_faster_than_stock_ddp_follows_no_first_plan_that_lost(monkeypatch):

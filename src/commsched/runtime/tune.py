@@ -65,7 +65,7 @@ from torch import nn
 from commsched.calibrate.cost_table import PROBE_SIZES as VALIDATE_PROBE_SIZES
 from commsched.calibrate.cost_table import chain_length
 from commsched.calibrate.in_job import Busy, InJobModel, fit_in_job, semantics_for, service_times
-from commsched.calibrate.trial import TrialRule, pair_ratios, speedup_interval, verdict_of
+from commsched.calibrate.trial import TrialRule, clear_lower, pair_ratios, speedup_interval, verdict_of
 from commsched.errors import CommschedError
 from commsched.planners.compare import plan_label, ranked_caps
 from commsched.runtime.collectives import broadcast_bytes, comm_device, gather_text, wait_until
@@ -564,9 +564,13 @@ class Tuner:
             stock, plan = self._blocks()
             self.ratios = pair_ratios(stock, plan)
             med, lo, hi = speedup_interval(self.ratios, self.cfg.rule.resamples, self.cfg.rule.seed)
-            doc: dict = {"verdict": verdict_of(len(self.ratios), lo, hi, self.cfg.rule)}
+            clear_lo = clear_lower(self.ratios, self.cfg.rule)
+            doc: dict = {"verdict": verdict_of(len(self.ratios), lo, hi, self.cfg.rule, clear_lo=clear_lo)}
             doc["measured_speedup"] = {"median": med, "ci95": [lo, hi], "pairs": len(self.ratios), "against": self.trial_against}
             doc["why"] = f"measured {med:.3f}x [{lo:.3f}, {hi:.3f}] over {self._baseline()} in {len(self.ratios)} pairs of {self.cfg.rule.block} steps"
+            if doc["verdict"] == "plan" and len(self.ratios) < self.cfg.rule.min_pairs_keep:  # kept on the t interval: a clear gain
+                doc["measured_speedup"]["t_lower"] = clear_lo
+                doc["why"] += f" (a clear gain: its t interval's lower end {clear_lo:.3f})"
             cost, budget = self.cost_s(), self.budget_s()
             if doc["verdict"] != "plan" and cost > budget:
                 doc["verdict"] = "stock"
