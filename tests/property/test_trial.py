@@ -31,6 +31,26 @@ def test_a_plan_is_kept_only_with_its_interval_above_one(rs):
         assert hi < 1.0 and len(rs) >= RULE.min_pairs_reject
 
 
+@settings(max_examples=100, deadline=None)
+@given(ratios)
+def test_a_race_keeps_its_baseline_unless_the_challenger_shows_a_gain(rs):
+    """In a race (the baseline already beat stock DDP) the challenger is dropped from 3 pairs on
+    when its median is not above 1; otherwise the verdict is the plain rule's."""
+    med = speedup_interval(rs, RULE.resamples, RULE.seed)[0] if rs else None
+    v = verdict(rs, RULE, race=True)
+    if len(rs) >= RULE.min_pairs_reject and not med > 1.0:
+        assert v == "stock"
+    else:
+        assert v == verdict(rs, RULE)
+
+
+def test_a_tie_ends_a_race_after_three_pairs_but_not_a_trial_against_stock_ddp():
+    tie = [1.004, 0.995, 0.998, 1.003]
+    assert verdict(tie[:2], RULE, race=True) is None
+    assert verdict(tie[:3], RULE, race=True) == "stock"
+    assert verdict(tie[:3], RULE) is None  # against stock DDP's defaults: measured on
+
+
 @settings(max_examples=80, deadline=None)
 @given(st.lists(st.floats(0.5, 1.5, allow_nan=False), min_size=RULE.max_pairs, max_size=RULE.max_pairs))
 def test_the_trial_always_ends_by_max_pairs(rs):
@@ -83,6 +103,8 @@ def test_the_t_table_is_students():
     for bad in ([1.1], [1.1, 0.0], [1.1, float("nan")]):
         with pytest.raises(CommschedError):
             t_interval(bad)
+    # in a trial such a ratio leaves the verdict to the bootstrap rule
+    assert verdict([1.2, 1.2, float("inf")], RULE) is None and verdict([1.2, 1.2, float("nan")], RULE) is None
 
 
 def _trials(truth: float, noise: float, n: int = 300) -> list[tuple[str, int]]:

@@ -209,6 +209,21 @@ def test_a_clear_gain_is_kept_after_three_pairs(monkeypatch):
     assert doc["steps_to_decide"] == start + 2 * (2 + 3 * 4)
 
 
+@pytest.mark.parametrize("fresh", [True, False])
+def test_a_cap_as_fast_as_the_winner_is_dropped_after_three_pairs(monkeypatch, fresh):
+    """Before, a tie raced to max_pairs (16 pairs, 64 steps); the winner so far stays either way."""
+    first, second, stock = _plans()
+    t = _tuner(monkeypatch, ROOMY, first, second, stock, fresh)
+    ran = _run(t, {"wfbp": 0.9, "bucket_cap_mb=5": 0.9}, 200)
+    assert t.decision == "plan" and t.plan is first and t.incumbent is None
+    assert t.active == ("ddp", "wfbp")
+    doc = t.report()
+    race = doc["trials"][-1] if doc["trials"][-1]["plan"] == "bucket_cap_mb=5" else doc["trial"]
+    assert ran.count("plan:bucket_cap_mb=5") == 2 + 3 * 2  # its untimed block and 3 pairs
+    assert "no gain over it, so it stays" in doc["reason"] and "in 3 pairs" in doc["reason"].split("then ")[-1]
+    assert race["against"] == "wfbp"
+
+
 def test_a_second_plan_predicted_no_faster_than_stock_ddp_follows_no_first_plan_that_lost(monkeypatch):
     first, second, stock = _plans()
     t = _tuner(monkeypatch, ROOMY, first, second, stock, beats_stock=False)

@@ -23,7 +23,7 @@ step, none repeated or dropped) the :class:`Tuner`:
    in the model's order, each against the plan measured best so far (the incumbent) whatever its
    prediction (the model cannot rank plans a few percent apart: docs/design.md, "Tuning inside the
    job"): a cap replaces the incumbent only where it measured faster than it with a 95% interval
-   above 1. While no plan has measured faster than stock DDP, a cap races stock DDP's defaults,
+   above 1, and is dropped once its median over 3 pairs or more is not above 1. While no plan has measured faster than stock DDP, a cap races stock DDP's defaults,
    and only if it is predicted faster than them at all. With no plan measured faster, stock DDP's
    default buckets stay;
 6. from then on routes every forward to the DDP kept and lets the other go.
@@ -565,12 +565,15 @@ class Tuner:
             self.ratios = pair_ratios(stock, plan)
             med, lo, hi = speedup_interval(self.ratios, self.cfg.rule.resamples, self.cfg.rule.seed)
             clear_lo = clear_lower(self.ratios, self.cfg.rule)
-            doc: dict = {"verdict": verdict_of(len(self.ratios), lo, hi, self.cfg.rule, clear_lo=clear_lo)}
+            race = self.incumbent is not None  # against a plan that measured faster than stock DDP (module docstring, 5)
+            doc: dict = {"verdict": verdict_of(len(self.ratios), lo, hi, self.cfg.rule, clear_lo=clear_lo, median=med if race else None)}
             doc["measured_speedup"] = {"median": med, "ci95": [lo, hi], "pairs": len(self.ratios), "against": self.trial_against}
             doc["why"] = f"measured {med:.3f}x [{lo:.3f}, {hi:.3f}] over {self._baseline()} in {len(self.ratios)} pairs of {self.cfg.rule.block} steps"
             if doc["verdict"] == "plan" and len(self.ratios) < self.cfg.rule.min_pairs_keep:  # kept on the t interval: a clear gain
                 doc["measured_speedup"]["t_lower"] = clear_lo
                 doc["why"] += f" (a clear gain: its t interval's lower end {clear_lo:.3f})"
+            elif race and doc["verdict"] == "stock" and hi >= 1.0:  # dropped on its median, not its interval
+                doc["why"] += ": no gain over it, so it stays"
             cost, budget = self.cost_s(), self.budget_s()
             if doc["verdict"] != "plan" and cost > budget:
                 doc["verdict"] = "stock"
