@@ -1,5 +1,5 @@
 """Does the in-job model fitted on a second layout rank layouts better? (issue 33, item 5's lead;
-BENCHMARKS.md section 11, "A second layout"). One job under ``commsched emulate``: 3 warm-up and 9
+BENCHMARKS.md section 11, "A second layout"). One job under ``commsched emulate``: 3 warm-up and 8
 recorded steps of stock DDP and the tuner's probes, fit A (as the tuner fits); then stock DDP, caps
 1/5/10 and A's optimum in rotating blocks of 4 steps (the first of each dropped), every DDP recorded;
 fits B (stock + A's optimum's records), C (stock + 1 MiB caps'), D (all); each fit's prediction of

@@ -23,9 +23,9 @@ step, none repeated or dropped) the :class:`Tuner`:
    in the model's order, each against the plan measured best so far (the incumbent) whatever its
    prediction (the model cannot rank plans a few percent apart: docs/design.md, "Tuning inside the
    job"): a cap replaces the incumbent only where it measured faster than it with a 95% interval
-   above 1, and is dropped once its median over 3 pairs or more is not above 1. While no plan has measured faster than stock DDP, a cap races stock DDP's defaults,
-   and only if it is predicted faster than them at all. With no plan measured faster, stock DDP's
-   default buckets stay;
+   above 1, and is dropped once its median over 3 pairs or more is not above 1. While no plan has
+   measured faster than stock DDP, a cap races stock DDP's defaults, and only if it is predicted
+   faster than them at all. With no plan measured faster, stock DDP's default buckets stay;
 6. from then on routes every forward to the DDP kept and lets the other go.
 
 Rank 0 measures and decides; every rank follows its broadcast decision (the broadcasts wait at most
