@@ -572,7 +572,7 @@ class Tuner:
             if doc["verdict"] == "plan" and len(self.ratios) < self.cfg.rule.min_pairs_keep:  # kept on the t interval: a clear gain
                 doc["measured_speedup"]["t_lower"] = clear_lo
                 doc["why"] += f" (a clear gain: its t interval's lower end {clear_lo:.3f})"
-            elif race and doc["verdict"] == "stock" and hi >= 1.0:  # dropped on its median, not its interval
+            elif race and doc["verdict"] == "stock" and hi >= 1.0 and not med > 1.0:  # dropped on its median, not its interval
                 doc["why"] += ": no gain over it, so it stays"
             cost, budget = self.cost_s(), self.budget_s()
             if doc["verdict"] != "plan" and cost > budget:
