@@ -218,10 +218,10 @@ def test_a_cap_as_fast_as_the_winner_is_dropped_after_three_pairs(monkeypatch, f
     assert t.decision == "plan" and t.plan is first and t.incumbent is None
     assert t.active == ("ddp", "wfbp")
     doc = t.report()
-    race = doc["trials"][-1] if doc["trials"][-1]["plan"] == "bucket_cap_mb=5" else doc["trial"]
+    race = doc["trials"][-1]  # the last trial, the cap's race
     assert ran.count("plan:bucket_cap_mb=5") == 2 + 3 * 2  # its untimed block and 3 pairs
     assert "no gain over it, so it stays" in doc["reason"] and "in 3 pairs" in doc["reason"].split("then ")[-1]
-    assert race["against"] == "wfbp"
+    assert race["plan"] == "bucket_cap_mb=5" and race["against"] == "wfbp"
 
 
 def test_a_second_plan_predicted_no_faster_than_stock_ddp_follows_no_first_plan_that_lost(monkeypatch):

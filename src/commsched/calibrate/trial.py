@@ -130,10 +130,12 @@ def clear_lower(ratios: Sequence[float], rule: TrialRule) -> float | None:
     """The t interval's lower end where it can decide (``min_pairs_clear`` pairs in, fewer than
     ``min_pairs_keep``, every ratio finite and positive), else None: a step timed as nothing or
     NaN leaves the decision to the bootstrap rule, as before, rather than stopping the job."""
-    n = len(ratios)
-    if not rule.min_pairs_clear <= n < rule.min_pairs_keep or any(not (r > 0 and math.isfinite(r)) for r in ratios):
+    if not rule.min_pairs_clear <= len(ratios) < rule.min_pairs_keep:
         return None
-    return t_interval(ratios)[0]
+    try:
+        return t_interval(ratios)[0]
+    except CommschedError:  # a ratio that is not finite and positive
+        return None
 
 
 def verdict_of(
@@ -143,7 +145,7 @@ def verdict_of(
     :func:`clear_lower`; ``median``: the median ratio, given only in a race)."""
     if pairs >= rule.min_pairs_keep and lo > 1.0:
         return "plan"
-    if clear_lo is not None and pairs >= rule.min_pairs_clear and lo > 1.0 and clear_lo > 1.0:
+    if clear_lo is not None and lo > 1.0 and clear_lo > 1.0:  # clear_lo is given only from min_pairs_clear pairs on
         return "plan"
     if pairs >= rule.min_pairs_reject and hi < 1.0:
         return "stock"
