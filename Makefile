@@ -44,9 +44,11 @@ tuner: $(STAMP)
 # rich, matplotlib, pytest, hypothesis): no venv, no installs. Results (results.json, summary.md and at
 # most 6 artifacts) go to $(OUT): `make gpu-check OUT=dir`, else $OUT from the environment, else
 # out/gpu-check. Under 8 minutes (each step has its own time limit); without CUDA, the dry path.
+# GPU_CHECK_ARGS go to the command, e.g. `make gpu-check GPU_CHECK_ARGS="--steps profiles"`.
 OUT ?= out/gpu-check
+GPU_CHECK_ARGS ?=
 gpu-check:
-	PYTHONPATH=src python3 -m commsched.gpu_check "$(OUT)"
+	PYTHONPATH=src python3 -m commsched.gpu_check $(GPU_CHECK_ARGS) "$(OUT)"
 
 clean:
 	rm -rf $(VENV) out
