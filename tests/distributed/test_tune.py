@@ -145,3 +145,18 @@ def test_a_first_plan_that_wins_is_raced_by_the_caps_and_the_gradients_stay_stoc
     assert decision["kept"] == by_rank[0][0]["kept"] and decision["plan"]["strategy"] in ("wfbp", "ddp")
     assert decision["trials"][0]["measured_speedup"]["median"] > 1.0
     assert "bucket_cap_mb=" in (entry / "report.html").read_text()
+
+
+@pytest.mark.parametrize("keep", ["plan", "stock"])
+def test_a_loop_with_accumulation_and_evaluation_forwards_keeps_stock_ddps_parameters_and_buffers(tmp_path, monkeypatch, keep):
+    """TUNE_ODD_LOOP: micro-batches under no_sync(), evaluation forwards under no_grad and with
+    gradients on but no backward, gradient_as_bucket_view=True, and a buffer each rank updates in
+    its forward. Every DDP tuning switches between must broadcast the buffers exactly where one
+    stock DDP would (its flag follows the forward before, whichever DDP ran it), and a forward
+    without a backward is not a step: tuning does not switch DDPs after it (the reducer it armed
+    would all-reduce again in the next DDP's backward, and with bucket views fail)."""
+    monkeypatch.setenv("TUNE_ODD_LOOP", "1")
+    for model in ("ema", "net"):  # (with find_unused_parameters stock DDP itself fails this loop: "mark a variable ready only once")
+        for first, again in _runs(tmp_path / model, model, keep, "wfbp", "0"):
+            assert first["decision"] == keep and first["steps_by_variant"]["plan"] > 0
+            assert again["from_memory"] and again["decision"] == keep

@@ -128,6 +128,7 @@ def _tuner(monkeypatch, cfg: TuneConfig, first, second, stock, fresh: bool = Tru
     t.pairs = t.pairs_before = 0
     t.last_why = ""
     t.own_s, t.recorder_own_s, t._route_t0 = 0.0, 0.0, None
+    t._grad_hooks = []
     start = cfg.warmup_steps + cfg.calibration_steps
     t.variant_of = ["stock"] * start
     t.own_by_step = [0.0] * start

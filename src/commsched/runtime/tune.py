@@ -41,6 +41,15 @@ and sums each element the same way whatever bucket it is in; on two ranks the su
 the same in either order, so the parameters match stock DDP bit for bit (tests). With more ranks a
 ring all-reduce may add an element's values in an order that depends on where it sits in its bucket,
 as any change of ``bucket_cap_mb`` does.
+
+A step is a forward with gradients on and its backward. Forwards under ``no_grad`` or ``no_sync()``
+are not counted and run on the DDP of the step in progress. A forward with gradients on that no
+backward follows (an evaluation forward outside ``no_grad``) leaves the reducer of the DDP that ran
+it waiting for a backward; every DDP over the module hooks the same parameters, so another DDP's
+backward would fire it too (a second all-reduce of every bucket, and with
+``gradient_as_bucket_view`` an error). So the forward after it is part of the same step, on the same
+DDP, as one stock DDP would run it. DDP broadcasts rank 0's buffers before a forward by a flag each
+DDP sets in its own forward; the tuner hands it from one DDP to the next (:meth:`Tuner.route`).
 """
 
 from __future__ import annotations
@@ -268,9 +277,19 @@ class Tuner:
         self.entry: Path | None = None
         self.key = ""
         self.summary: dict = {}
+        # whether a backward ran since the last counted forward (route): a forward with gradients on
+        # and no backward (an evaluation forward outside no_grad) leaves the reducer of the DDP that
+        # ran it waiting for one, and another DDP's backward would fire it too (module docstring)
+        self.backward_seen = True
+        self._grad_hooks: list = []
         t = time.perf_counter()
         self._load_memory()
+        if self.phase != "done":
+            self._grad_hooks = [p.register_post_accumulate_grad_hook(self._on_grad) for p in params.values()]
         self.own_s += time.perf_counter() - t
+
+    def _on_grad(self, _param: torch.Tensor) -> None:
+        self.backward_seen = True
 
     # --- what runs each step ---------------------------------------------------------------------
 
@@ -278,11 +297,18 @@ class Tuner:
         """The DDP for this forward (None: the wrapper's own); counted steps advance the tuning."""
         if not counted or self.phase == "done":
             return self.active
+        if not self.backward_seen:  # the last counted forward had no backward: this one is the same step, on its DDP
+            return self.active
+        self.backward_seen = False
         self.clock.stamp()
         t = self._route_t0 = time.perf_counter()
+        # DDP broadcasts rank 0's buffers before a forward by a flag each DDP sets in its own forward
+        # (off after one under no_sync or no_grad): the DDP of this step takes it from the last one's
+        sync_buffers = self._running().require_forward_param_sync
         try:
             variant = self._advance()
             self._switch(variant)
+            self._running().require_forward_param_sync = sync_buffers
         finally:
             self._route_t0 = None
             self.own_s += time.perf_counter() - t
@@ -290,6 +316,10 @@ class Tuner:
         self.variant_of.append(variant)
         self.step += 1
         return self.active
+
+    def _running(self) -> nn.Module:
+        """The DDP forwards go to: the one in use, else the wrapper itself."""
+        return self.active if self.active is not None else self._ddp_ref
 
     def _switch(self, variant: str) -> None:
         """Make ``variant``'s DDP the one in use (between steps: gradients are the user's then)."""
@@ -678,6 +708,9 @@ class Tuner:
         if self.recorder is not None:
             self.recorder.remove()
             self.recorder = None
+        for h in self._grad_hooks:
+            h.remove()
+        self._grad_hooks = []
         self._switch(decision)
         if decision == "stock":
             self.plan_ddp = None  # its buckets go with it

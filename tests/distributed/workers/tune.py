@@ -2,14 +2,17 @@
 through the whole tuning phase and past it; report whether the parameters are stock DDP's bit for bit
 and what tuning decided.
 
-argv: MODEL (tied | unused | mixed | net) KEEP (measured | plan | stock) STRATEGY CACHE_DIR [MIN_GAIN] [MAX_COST]
+argv: MODEL (tied | unused | mixed | net | ema) KEEP (measured | plan | stock) STRATEGY CACHE_DIR [MIN_GAIN] [MAX_COST]
 
 Environment: TUNE_CUDA=1 (NCCL, a GPU per rank), TUNE_DIE_RANK=R (rank R dies at the probes),
 TUNE_TOTAL_STEPS=N (the job says it runs N steps), TUNE_SLOW_FIRST=1 (the first plan tried runs
 30 ms slower a step, so that it loses, and the caps of 4 and 16 KiB whose buckets differ from it
 and from stock DDP's race next, said to be predicted faster: the path through a plan that lost),
 TUNE_SLOW_STOCK=1 (stock DDP's trial steps run 200 ms slower, so that the first plan wins, and the
-caps race it: the path through a plan that won).
+caps race it: the path through a plan that won), TUNE_ODD_LOOP=1 (a loop with what a real one
+has beside its steps: a micro-batch under ``no_sync()`` before every third step, an evaluation
+forward under ``no_grad`` after every fourth and one with gradients on and no backward after
+others; DDP with ``gradient_as_bucket_view=True``).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ DEVICE = "cuda" if CUDA else "cpu"
 # machine) need 29, and the verdict comes in the step after
 SLOW_FIRST = os.environ.get("TUNE_SLOW_FIRST") == "1"
 SLOW_STOCK = os.environ.get("TUNE_SLOW_STOCK") == "1"
+ODD_LOOP = os.environ.get("TUNE_ODD_LOOP") == "1"
 STEPS = 34 if SLOW_FIRST or SLOW_STOCK else 26
 VOCAB, D = 40, 32
 
@@ -69,8 +73,29 @@ class Mixed(nn.Module):
         return self.c(h)
 
 
+class EMA(nn.Module):
+    """A model whose training forward reads and updates a buffer from each rank's own inputs (a
+    running mean of them, as input normalisers and EMA codebooks keep): DDP's buffer broadcast
+    before a forward decides what every rank subtracts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(3 * 8 * 8))
+        self.fc1 = nn.Linear(3 * 8 * 8, 32)
+        self.fc2 = nn.Linear(32, 10)
+
+    def forward(self, x):
+        x = x.flatten(1)
+        if self.training:
+            with torch.no_grad():
+                self.mean.mul_(0.9).add_(0.1 * x.mean(0))
+        return self.fc2(torch.relu(self.fc1(x - self.mean)))
+
+
 def make() -> nn.Module:
     torch.manual_seed(0)
+    if MODEL == "ema":
+        return EMA().to(DEVICE)
     if MODEL == "tied":
         return TiedLM().to(DEVICE)
     if MODEL == "mixed":
@@ -94,8 +119,19 @@ def train(wrapped: nn.Module, module: nn.Module, rank: int) -> None:
     opt = torch.optim.SGD(module.parameters(), lr=0.05, momentum=0.9)
     for step in range(STEPS):
         opt.zero_grad(set_to_none=True)
+        if ODD_LOOP and step % 3 == 0:  # a micro-batch accumulated without an all-reduce
+            with wrapped.no_sync():
+                step_loss(wrapped, rank, 10_000 + step).backward()
         step_loss(wrapped, rank, step).backward()
         opt.step()
+        if ODD_LOOP and step % 2 == 1:  # an evaluation forward: under no_grad, or with gradients on and no backward
+            module.eval()
+            if step % 4 == 1:
+                with torch.no_grad():
+                    step_loss(wrapped, rank, 20_000 + step)
+            else:
+                step_loss(wrapped, rank, 20_000 + step)
+            module.train()
 
 
 def slow_stock_ddp() -> None:
@@ -171,8 +207,9 @@ def main() -> None:
     if SLOW_STOCK:
         slow_stock_ddp()
     unused = MODEL == "unused"
+    ddp_kwargs = {"gradient_as_bucket_view": True} if ODD_LOOP else {}
     ref = make()
-    train(DDP(ref, find_unused_parameters=unused), ref, rank)
+    train(DDP(ref, find_unused_parameters=unused, **ddp_kwargs), ref, rank)
 
     cfg = TuneConfig(
         strategy=STRATEGY, keep=KEEP, warmup_steps=2, calibration_steps=3, min_gain=MIN_GAIN, max_cost=MAX_COST, cache_dir=CACHE, timeout_s=20,
@@ -184,11 +221,12 @@ def main() -> None:
     out = {"rank": rank, "runs": []}
     for _ in range(2):  # the second run is a restart of the same job: from memory
         model = make()
-        dp = DataParallel(model, tune=cfg, find_unused_parameters=unused)
+        dp = DataParallel(model, tune=cfg, find_unused_parameters=unused, **ddp_kwargs)
         train(dp, model, rank)
         rep = dp.tuning
         out["runs"].append({
-            "bit_identical": all(torch.equal(p, q) for p, q in zip(model.parameters(), ref.parameters())),
+            "bit_identical": all(torch.equal(p, q) for p, q in zip(model.parameters(), ref.parameters()))
+            and all(torch.equal(b, c) for b, c in zip(model.buffers(), ref.buffers())),
             "max_rel_diff": common.max_rel_diff(model, ref),
             "decision": rep["decision"],
             "reason": rep["reason"],
