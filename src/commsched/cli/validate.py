@@ -9,6 +9,8 @@ import click
 from commsched.cli.common import MIN_GAIN_HELP, bounded, check_model_inputs, split
 from commsched.errors import CommschedError
 
+MIN_ROUNDS_FOR_INTERVALS = 3  # a bootstrap over fewer rounds gives back the rounds' own ratios
+
 
 @click.command()
 @click.option(
@@ -21,7 +23,7 @@ from commsched.errors import CommschedError
 @click.option("--strategy", "strategies", multiple=True, help="Strategies to run (default all; optimal is planned for the measured contention).")
 @click.option("--rounds", default=12, show_default=True, type=int, help="Interleaved rounds (A B C ... A B C ...).")
 @click.option("--steps", default=2, show_default=True, type=int, help="Timed steps per strategy per round.")
-@click.option("--out", "out_dir", default="out/validate", show_default=True)
+@click.option("--out", "out_dir", default="out/validate", show_default=True, help="Folder for the report and its files (made if missing, checked before measuring).")
 @click.option("--min-gain", type=float, default=None, help=MIN_GAIN_HELP)
 def validate(model, batch_size, image_size, strategies, rounds, steps, out_dir, min_gain) -> None:
     """Under torchrun: profile, benchmark, predict, then train every strategy and compare with measurement."""
@@ -52,6 +54,13 @@ def validate(model, batch_size, image_size, strategies, rounds, steps, out_dir, 
     if names:
         cfg = replace(cfg, strategies=tuple(names))
     with process_group(torchrun_backend()):  # NCCL with each rank on its own GPU (LOCAL_RANK), else gloo
+        import torch.distributed as dist
+
+        if dist.get_rank() == 0 and rounds < MIN_ROUNDS_FOR_INTERVALS:
+            click.echo(f"note: with {rounds} round(s) the speedups' 95% intervals are one or two ratios, not an interval: "
+                       f"read them as a smoke test ({MIN_ROUNDS_FOR_INTERVALS} rounds at least, 12 by default)", err=True)
+        if dist.get_rank() == 0 and dist.get_world_size() < 2:
+            click.echo("note: one rank: nothing is all-reduced between ranks, so the strategies differ only in DDP's bookkeeping", err=True)
         report = run(cfg)
         if report is not None:
             print_report(report)

@@ -223,6 +223,7 @@ def plan_from_json(doc: object, where: str = "plan") -> Plan:
     if doc.get("schema") != PLAN_SCHEMA:
         raise CommschedError(f"{where}: schema must be {PLAN_SCHEMA!r}, got {shown(doc.get('schema'))}")
     buckets = []
+    seen: dict[str, int] = {}  # tensor name -> its bucket: each tensor is all-reduced once
     for i, b in enumerate(_field(doc, "buckets", list, where)):  # type: ignore[arg-type]
         w = f"{where}: buckets[{i}]"
         if not isinstance(b, dict):
@@ -230,6 +231,10 @@ def plan_from_json(doc: object, where: str = "plan") -> Plan:
         names = _field(b, "tensors", list, w)
         if not all(isinstance(n, str) for n in names):  # type: ignore[union-attr]
             raise CommschedError(f"{w}: tensors must be names (strings)")
+        for n in names:  # type: ignore[union-attr]
+            if n in seen:
+                raise CommschedError(f"{w}: tensor {n!r} is already in buckets[{seen[n]}] (a plan all-reduces each tensor once)")
+            seen[n] = i
         buckets.append(Bucket(tuple(names), _field(b, "bytes", int, w), b.get("resources")))  # type: ignore[arg-type]
     pred = doc.get("predicted")
     prediction = None

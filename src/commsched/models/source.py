@@ -3,8 +3,11 @@
 ``package.module:factory`` names a function that returns ``(model, example_inputs, loss_fn)``: an
 ``nn.Module``, the positional inputs of one forward (a tensor or a tuple of them) and a function from
 the model's output to a scalar loss. The factory is called with ``batch_size`` and ``image_size``
-where its signature takes them (by those names), so one factory serves any batch. It is imported and
-called on every rank, after seeding torch's generator with 0, so every rank builds the same model.
+where its signature takes them (by those names), so one factory serves any batch; one that takes no
+``batch_size`` makes its own, read from its first input tensor (``Built.batch_size``). It is
+imported and called on every rank, after seeding torch's generator with 0, so every rank builds the
+same model. An error raised while importing or calling it is a one-line error naming the factory,
+the exception and where it was raised.
 """
 
 from __future__ import annotations
@@ -28,11 +31,24 @@ def is_import_path(spec: str) -> bool:
 
 @dataclass
 class Built:
-    """A model ready to train: the module, one forward's inputs, the loss of its output."""
+    """A model ready to train: the module, one forward's inputs, the loss of its output, and the
+    batch and image size it was built with (a factory's own where it takes no such argument:
+    the batch its first input tensor holds, no image size)."""
 
     model: nn.Module
     inputs: tuple
     loss_fn: Callable[[object], torch.Tensor]
+    batch_size: int | None = None
+    image_size: int | None = None
+
+
+def _failed(what: str, e: BaseException) -> CommschedError:
+    """One line for an exception raised in the user's code: its type, message and where it came from."""
+    import traceback
+
+    frames = traceback.extract_tb(e.__traceback__)
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return CommschedError(f"{what}: {type(e).__name__}: {e}{where}")
 
 
 def load_factory(spec: str) -> Callable:
@@ -49,6 +65,8 @@ def load_factory(spec: str) -> Callable:
         module = importlib.import_module(module_name)
     except ImportError as e:
         raise CommschedError(f"cannot import {module_name!r} for model {spec!r}: {e}") from e
+    except Exception as e:  # noqa: BLE001 - the user's module failed as it ran: say where
+        raise _failed(f"importing {module_name!r} for model {spec!r} failed", e) from e
     fn = module
     for part in attr.split("."):
         fn = getattr(fn, part, None)
@@ -66,16 +84,20 @@ def build(spec: str, batch_size: int, image_size: int | None = None) -> Built:
     torch.manual_seed(0)
     if not is_import_path(spec):
         model = build_model(spec)
-        return Built(model, example_input(spec, batch_size, image_size), lambda out: training_loss(spec, out))
+        return Built(model, example_input(spec, batch_size, image_size), lambda out: training_loss(spec, out), batch_size, image_size)
     fn = load_factory(spec)
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
         params = {}
     kwargs = {k: v for k, v in (("batch_size", batch_size), ("image_size", image_size)) if k in params and v is not None}
-    got = fn(**kwargs)
+    try:
+        got = fn(**kwargs)
+    except Exception as e:  # noqa: BLE001 - the user's factory failed: say where
+        raise _failed(f"model factory {spec!r} failed (called with {kwargs or 'no arguments'})", e) from e
     if not isinstance(got, tuple) or len(got) != 3:
-        raise CommschedError(f"{spec!r} must return (model, example_inputs, loss_fn), got {type(got).__name__}")
+        n = f" of {len(got)} items" if isinstance(got, (tuple, list)) else ""
+        raise CommschedError(f"{spec!r} must return (model, example_inputs, loss_fn), got a {type(got).__name__}{n}")
     model, inputs, loss_fn = got
     if not isinstance(model, nn.Module):
         raise CommschedError(f"{spec!r} returned a model that is not an nn.Module: {type(model).__name__}")
@@ -85,7 +107,12 @@ def build(spec: str, batch_size: int, image_size: int | None = None) -> Built:
         raise CommschedError(f"{spec!r} returned example inputs that are neither a tensor nor a tuple: {type(inputs).__name__}")
     if not callable(loss_fn):
         raise CommschedError(f"{spec!r} returned a loss_fn that is not callable: {type(loss_fn).__name__}")
-    return Built(model, tuple(inputs), loss_fn)
+    if "batch_size" in kwargs:
+        batch = batch_size
+    else:  # the factory's own batch: its first input tensor's leading dimension
+        first = next((t for t in inputs if isinstance(t, torch.Tensor) and t.dim() > 0), None)
+        batch = int(first.shape[0]) if first is not None else None
+    return Built(model, tuple(inputs), loss_fn, batch, kwargs.get("image_size"))
 
 
 @contextmanager

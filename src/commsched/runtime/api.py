@@ -16,9 +16,9 @@ from torch import nn
 
 from dataclasses import replace
 
-from commsched.cost.cluster import ClusterSpec, preset
+from commsched.cost.cluster import ClusterSpec
 from commsched.errors import CommschedError
-from commsched.formats.io import load_cluster
+from commsched.formats.specs import cluster_from_spec
 from commsched.planners import DDP, MIN_GAIN_OVER_DDP, make_plan, planner, planner_for
 from commsched.sim.semantics import NCCL, Semantics
 from commsched.runtime.ddp_plan import with_unused_parameters
@@ -62,7 +62,9 @@ def plan_for(
     """
     from commsched.profile.measure import measure_profile
 
-    spec = cluster if isinstance(cluster, ClusterSpec) else (load_cluster(cluster) if cluster.endswith(".json") else preset(cluster))
+    if not isinstance(cluster, (ClusterSpec, str)):
+        raise CommschedError(f"cluster must be a preset's name, a cluster file's path or a ClusterSpec, got {type(cluster).__name__} {cluster!r}")
+    spec = cluster if isinstance(cluster, ClusterSpec) else cluster_from_spec(cluster)
     chosen = planner(strategy)
     distributed = dist.is_available() and dist.is_initialized()
     if semantics is None:

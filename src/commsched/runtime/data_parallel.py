@@ -29,6 +29,7 @@ from commsched.errors import CommschedError
 from commsched.runtime.collectives import comm_device as _comm_device
 from commsched.runtime.collectives import wait_until as _wait
 from commsched.runtime.ddp_plan import (  # noqa: F401 - the names users and tests import from here
+    check_is_plan,
     check_plan_fits,
     ddp_options,
     express_plan,
@@ -78,6 +79,8 @@ class DataParallel(nn.parallel.DistributedDataParallel):
             raise CommschedError("commsched.DataParallel takes a plan or tune=True, not both (tuning makes its own plan)")
         if tune is False and plan is None:
             raise CommschedError("commsched.DataParallel needs a plan (commsched.load_plan, plan_for) or tune=True")
+        if plan is not None:
+            check_is_plan(plan, "commsched.DataParallel")
         if tune is not False and record:
             raise CommschedError("commsched.DataParallel(tune=True) records its own steps while tuning: leave record out")
         if tune is not False and not isinstance(tune, (bool, TuneConfig)):

@@ -9,6 +9,7 @@ its buckets (:func:`ddp_options`), and the profile DDP lays its buckets over wit
 from __future__ import annotations
 
 import hashlib
+import os
 import json
 import warnings
 from dataclasses import replace
@@ -87,6 +88,13 @@ def warn_inexact(plan: Plan, expr: Expression) -> None:
     )
 
 
+def check_is_plan(plan: object, where: str) -> None:
+    """A clear error for what is not a plan (a path is the likely slip: ``commsched.load_plan`` reads one)."""
+    if not isinstance(plan, Plan):
+        hint = ": read the file with commsched.load_plan(path)" if isinstance(plan, (str, os.PathLike)) else ""
+        raise CommschedError(f"{where} takes a commsched Plan, got {type(plan).__name__} {plan!r:.80}{hint}")
+
+
 def ddp_options(
     plan: Plan, module: nn.Module | None = None, *, find_unused_parameters: bool = False, static_graph: bool = False
 ) -> dict:
@@ -98,6 +106,7 @@ def ddp_options(
     buckets that are not runs of the definition order), a ``UserWarning`` says so and how far off.
     The two flags are passed on to DDP when set.
     """
+    check_is_plan(plan, "ddp_options")
     if module is None:
         if find_unused_parameters and not static_graph:
             raise CommschedError("ddp_options(find_unused_parameters=True) needs the module (DDP then buckets in its definition order)")

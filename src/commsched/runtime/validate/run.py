@@ -190,9 +190,23 @@ def prepare(cfg: ValidationConfig, progress: bool = True) -> Job:
     if not dist.is_initialized():
         raise CommschedError("validate runs under torchrun (or an initialised process group)")
     rank = dist.get_rank()
+    # the output folder, checked before minutes of measuring: rank 0 writes there, every rank stops alike
+    problem = _unwritable(cfg.out_dir) if rank == 0 else None
+    problem = broadcast_obj(problem)
+    if problem:
+        raise CommschedError(problem)
+    note = ""
     if is_import_path(cfg.model):  # the factory makes model, inputs and loss together
         built = build(cfg.model, cfg.batch_size, cfg.image_size)
         base, inputs, loss_fn = built.model, built.inputs, built.loss_fn
+        if built.batch_size is None:
+            raise CommschedError(f"{cfg.model!r} takes no batch_size and its example inputs hold no tensor to read a batch from")
+        # a factory that takes no batch_size (or image_size) makes its own: the run is of that one
+        ignored = [(k, v) for k, v, got in (("batch_size", cfg.batch_size, built.batch_size), ("image_size", cfg.image_size, built.image_size)) if v is not None and v != got]
+        if ignored:
+            flags = ", ".join("--" + k.replace("_", "-") + f" {v}" for k, v in ignored)
+            note = f"note: {cfg.model} takes no {' or '.join(k for k, _ in ignored)}: the run is of its own inputs (batch {built.batch_size}), not {flags}"
+        cfg = replace(cfg, batch_size=built.batch_size, image_size=built.image_size)
     else:
         from commsched.models.zoo import build_model, training_loss
 
@@ -201,7 +215,23 @@ def prepare(cfg: ValidationConfig, progress: bool = True) -> Job:
 
         torch.manual_seed(0)
         base, inputs = build_model(cfg.model), ()
-    return Job(cfg, rank, dist.get_world_size(), dist.get_backend(), runtime_threads(), _printer(rank == 0 and progress), inputs, loss_fn, base)
+    job = Job(cfg, rank, dist.get_world_size(), dist.get_backend(), runtime_threads(), _printer(rank == 0 and progress), inputs, loss_fn, base)
+    if note:
+        job.say(note)
+    return job
+
+
+def _unwritable(out_dir: str) -> str | None:
+    """Why rank 0 cannot write the report to ``out_dir`` (made if missing), or None."""
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".commsched-write-check"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        return f"cannot write the report to --out {out_dir}: {e.strerror or e}"
+    return None
 
 
 def memory_phase(job: Job) -> None:

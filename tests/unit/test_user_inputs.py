@@ -1,0 +1,106 @@
+"""What a user hands commsched by mistake is a one-line error naming it: a factory that raises, a
+plan that lists a tensor twice, a path where a plan goes, a cluster of the wrong type, an output
+folder that cannot be written; and a factory that takes no batch size is run at its own."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+
+import pytest
+import torch
+from torch import nn
+
+import commsched
+from commsched.errors import CommschedError
+from commsched.formats.io import load_plan
+from commsched.models.source import build
+
+
+@pytest.fixture
+def factories(tmp_path, monkeypatch):
+    (tmp_path / "userfactories.py").write_text(textwrap.dedent('''
+        import torch
+        from torch import nn
+
+        def fixed():  # no batch_size: its own batch of 4
+            return nn.Linear(8, 2), torch.randn(4, 8), lambda out: out.sum()
+
+        def sized(batch_size):
+            return nn.Linear(8, 2), torch.randn(batch_size, 8), lambda out: out.sum()
+
+        def raises(batch_size):
+            raise ValueError("no such layer")
+
+        def needs_depth(*, depth):
+            return nn.Linear(8, 2), torch.randn(4, 8), lambda out: out.sum()
+
+        def pair():
+            return nn.Linear(8, 2), torch.randn(4, 8)
+    '''))
+    (tmp_path / "brokenfactories.py").write_text("raise RuntimeError('the module itself fails')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield
+    for name in ("userfactories", "brokenfactories"):
+        sys.modules.pop(name, None)
+
+
+def test_a_factory_without_a_batch_size_is_built_at_its_own(factories):
+    assert build("userfactories:fixed", 64, 128).batch_size == 4
+    assert build("userfactories:fixed", 64, 128).image_size is None
+    assert build("userfactories:sized", 16).batch_size == 16
+    assert build("resnet18", 2, 32).batch_size == 2
+
+
+@pytest.mark.parametrize(("spec", "words"), [
+    ("userfactories:raises", ["model factory 'userfactories:raises' failed", "ValueError: no such layer", "userfactories.py:"]),
+    ("userfactories:needs_depth", ["model factory 'userfactories:needs_depth' failed", "TypeError", "depth"]),
+    ("brokenfactories:f", ["importing 'brokenfactories'", "RuntimeError: the module itself fails", "brokenfactories.py:1"]),
+    ("userfactories:pair", ["must return (model, example_inputs, loss_fn), got a tuple of 2 items"]),
+])
+def test_a_factory_that_fails_is_one_line_naming_it(factories, spec, words):
+    with pytest.raises(CommschedError) as e:
+        build(spec, 8)
+    assert all(w in str(e.value) for w in words), str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_a_plan_that_lists_a_tensor_twice_is_refused(tmp_path):
+    doc = {"schema": "commsched.plan/v1", "strategy": "x", "model": "m",
+           "buckets": [{"tensors": ["a", "b"], "bytes": 8}, {"tensors": ["c", "a"], "bytes": 8}]}
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    with pytest.raises(CommschedError, match=r"buckets\[1\]: tensor 'a' is already in buckets\[0\]"):
+        load_plan(tmp_path / "p.json")
+
+
+@pytest.mark.parametrize("plan", ["out/plan.json", None, 42])
+def test_what_is_not_a_plan_is_named(plan):
+    with pytest.raises(CommschedError, match="ddp_options takes a commsched Plan") as e:
+        commsched.ddp_options(plan)
+    assert ("commsched.load_plan(path)" in str(e.value)) == isinstance(plan, str)
+
+
+def test_plan_for_names_a_cluster_of_the_wrong_type():
+    model = nn.Linear(4, 2)
+    with pytest.raises(CommschedError, match="cluster must be a preset's name, a cluster file's path or a ClusterSpec, got int 42"):
+        commsched.plan_for(model, (torch.randn(2, 4),), lambda out: out.sum(), cluster=42)
+
+
+def test_plan_for_reads_a_cluster_file_of_any_name(tmp_path):
+    from commsched.cost.cluster import preset
+
+    path = tmp_path / "mycluster.cfg"
+    path.write_text(json.dumps(preset("v100-10gbe").to_json()))
+    model = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 2))
+    plan = commsched.plan_for(model, (torch.randn(2, 4),), lambda out: out.sum(), cluster=str(path), iters=1, warmup=0)
+    assert plan.buckets
+
+
+def test_an_output_folder_that_cannot_be_written_is_found_before_measuring(tmp_path):
+    from commsched.runtime.validate.run import _unwritable
+
+    assert _unwritable(str(tmp_path / "new" / "folder")) is None and (tmp_path / "new" / "folder").is_dir()
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert "cannot write the report to --out" in _unwritable(str(blocker / "out"))
