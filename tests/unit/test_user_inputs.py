@@ -100,7 +100,9 @@ def test_plan_for_reads_a_cluster_file_of_any_name(tmp_path):
 def test_an_output_folder_that_cannot_be_written_is_found_before_measuring(tmp_path):
     from commsched.runtime.validate.run import _unwritable
 
-    assert _unwritable(str(tmp_path / "new" / "folder")) is None and (tmp_path / "new" / "folder").is_dir()
+    assert _unwritable(str(tmp_path / "new" / "folder")) is None
+    assert not (tmp_path / "new").exists()  # tried, and left as it was
+    assert _unwritable(str(tmp_path)) is None and tmp_path.is_dir() and not any(tmp_path.iterdir())
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     assert "cannot write the report to --out" in _unwritable(str(blocker / "out"))

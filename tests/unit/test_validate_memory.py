@@ -37,6 +37,11 @@ def test_a_run_that_cannot_fit_is_refused_in_one_line_naming_the_numbers():
     msg = str(e.value)
     assert "\n" not in msg and "8.0 GiB available" in msg and "2 ranks" in msg and "10 model copies of 230 MiB" in msg
     assert "resnet152 at batch 16" in msg and "--batch-size" in msg
+    # where the model's copies take most of it, a smaller batch would not do
+    weights = memory.estimate(GIB, GIB, 5 * MIB, 6)
+    with pytest.raises(CommschedError) as e:
+        memory.check(weights, {"m": (2, 8 * GIB)}, "big", 16)
+    assert "--batch-size" not in str(e.value) and "fewer ranks per machine (the model's copies take most of it)" in str(e.value)
 
 
 def test_ranks_on_one_machine_share_its_memory():

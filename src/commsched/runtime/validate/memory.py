@@ -101,11 +101,14 @@ def check(est: MemoryEstimate, machines: dict[str, tuple[int, int]], model: str,
     for ranks, available in machines.values():
         need = ranks * est.need_bytes
         if need > available:
+            copies_b, acts_b = (est.copies - 1) * est.param_bytes, ACTIVATION_PEAK * est.activation_bytes
+            # the copies are fixed (one variant's DDP at a time): only the batch moves the activations
+            advice = "a smaller --batch-size or fewer ranks per machine" if acts_b >= copies_b else "fewer ranks per machine (the model's copies take most of it)"
             raise CommschedError(
                 f"validate would need about {gib(need)} more memory on a machine that has {gib(available)} available "
                 f"(MemAvailable): {ranks} rank{'s' if ranks > 1 else ''} x ({est.copies - 1:g} model copies of {gib(est.param_bytes)} "
                 f"+ {gib(ACTIVATION_PEAK * est.activation_bytes)} of activations of {model} at batch "
-                f"{batch_size} + {gib(est.comm_bytes)} of probe messages); run a smaller --batch-size or fewer ranks per machine"
+                f"{batch_size} + {gib(est.comm_bytes)} of probe messages); run {advice}"
             )
 
 

@@ -222,8 +222,10 @@ def prepare(cfg: ValidationConfig, progress: bool = True) -> Job:
 
 
 def _unwritable(out_dir: str) -> str | None:
-    """Why rank 0 cannot write the report to ``out_dir`` (made if missing), or None."""
+    """Why rank 0 cannot write the report to ``out_dir``, or None: tried by making the folder and
+    a file in it, both removed again (a run refused later leaves nothing behind)."""
     out = Path(out_dir)
+    made = [p for p in (out, *out.parents) if not p.exists()]
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".commsched-write-check"
@@ -231,6 +233,10 @@ def _unwritable(out_dir: str) -> str | None:
         probe.unlink()
     except OSError as e:
         return f"cannot write the report to --out {out_dir}: {e.strerror or e}"
+    finally:
+        for p in made:  # deepest first
+            if p.is_dir():
+                p.rmdir()
     return None
 
 
