@@ -259,6 +259,8 @@ ERRORS = {
     "unknown strategy": (lambda t: ["plan", "--profile", PROFILE, "--strategy", "fastest"], "unknown strategy 'fastest'"),
     "unknown preset": (lambda t: ["plan", "--profile", PROFILE, "--cluster", "dgx-9000"], "unknown cluster preset 'dgx-9000'"),
     "unknown device": (lambda t: ["profile", "--model", "resnet18", "--device", "TPU", "--out", str(t / "p.json")], "unknown device 'TPU'"),
+    "efficiency when measuring": (lambda t: ["profile", "--model", "resnet18", "--measure", "--efficiency", "0.5", "--out", str(t / "p.json")], "--efficiency sets estimated profiles"),
+    "iters when estimating": (lambda t: ["profile", "--model", "resnet18", "--iters", "3", "--out", str(t / "p.json")], "--iters goes with --measure"),
     "negative size": (lambda t: ["plan", "--profile", bad_profile(t, _set(["tensors", 0, "bytes"], -4))], "bytes"),
     "zero size": (lambda t: ["plan", "--profile", bad_profile(t, _set(["tensors", 1, "bytes"], 0))], "bytes"),
     "negative time": (lambda t: ["plan", "--profile", bad_profile(t, _set(["tensors", 2, "backward_s"], -0.001))], "backward_s"),

@@ -46,7 +46,7 @@ def strategy_options(f):
             click.option("--batch-size", default=DEFAULT_BATCH, show_default=True, type=int),
             click.option("--device", default=None, help=f"GPU for estimated profiles (default: the cluster's, else {DEFAULT_DEVICE})."),
             click.option("--image-size", type=int, default=None),
-            click.option("--efficiency", type=float, default=None),
+            click.option("--efficiency", type=float, default=None, help="Fraction of peak FLOP/s estimated profiles reach (default: calibrated)."),
             DTYPE_OPTION,
             click.option("--cluster", "cluster_spec", default="v100-10gbe", show_default=True, help="Preset name or cluster JSON."),
             click.option("--strategy", "strategies", multiple=True, help="Strategy (repeat or comma-separate; default all)."),

@@ -24,8 +24,8 @@ from commsched.errors import CommschedError
 @click.option("--model", default=DEFAULT_MODEL, show_default=True, help="Zoo model (see `commsched presets`).")
 @click.option("--batch-size", default=DEFAULT_BATCH, show_default=True, type=int, help="Per-worker batch.")
 @click.option(
-    "--device", default=DEFAULT_DEVICE, show_default=True,
-    help="GPU preset for the estimate; with --measure, where to measure: cpu, cuda or cuda:N (default: cuda if there is one, else cpu).",
+    "--device", default=DEFAULT_DEVICE,
+    help=f"GPU preset for the estimate (default {DEFAULT_DEVICE}); with --measure, where to measure: cpu, cuda or cuda:N (default: cuda if there is one, else cpu).",
 )
 @click.option("--image-size", type=int, default=None, help="Input resolution (default 224, 299 for inception_v3).")
 @click.option("--efficiency", type=float, default=None, help="Fraction of peak FLOP/s reached (default: calibrated).")
@@ -38,7 +38,7 @@ from commsched.errors import CommschedError
 @DTYPE_OPTION
 @click.option("--out", "out_path", required=True, help="Profile JSON to write.")
 def profile(model, batch_size, device, image_size, efficiency, measure, iters, warmup, sequential, trace_path, cluster_out, out_path, dtype=None) -> None:
-    """Profile a zoo model: gradient tensors in ready order, bytes, backward times (estimated or measured)."""
+    """Profile a zoo model (or any job's torch.profiler trace, --from-trace): gradient tensors in ready order, bytes, backward times (estimated or measured)."""
     from commsched.formats.io import profile_to_json, write_json
     from commsched.types import MAX_STEPS
 
@@ -53,6 +53,8 @@ def profile(model, batch_size, device, image_size, efficiency, measure, iters, w
         _from_trace(trace_path, model, batch_size, device, image_size, cluster_out, out_path)
         return
     if measure:
+        if given("efficiency"):
+            raise CommschedError("--efficiency sets estimated profiles' FLOP/s; --measure times the real steps")
         bounded("--iters", iters, MAX_STEPS, f"{MAX_STEPS:,}")
         bounded("--warmup", warmup, MAX_STEPS, f"{MAX_STEPS:,}", strict=False)
         check_zoo_model(model)
@@ -63,6 +65,9 @@ def profile(model, batch_size, device, image_size, efficiency, measure, iters, w
             sequential=sequential, progress=True,
         )
     else:
+        for opt, param in (("--iters", "iters"), ("--warmup", "warmup"), ("--sequential", "sequential")):
+            if given(param):
+                raise CommschedError(f"{opt} goes with --measure (an estimated profile times no steps)")
         p = profiles([], [model], batch_size, device, image_size, efficiency, dtype)[model]
     write_json(out_path, profile_to_json(p))
     click.echo(

@@ -19,7 +19,7 @@ from commsched.errors import CommschedError
 )
 @click.option("--nodes", "nodes_spec", default=None, help="Node counts of a hierarchical cluster, e.g. 1,2,...,2048 (workers = nodes x GPUs per node).")
 @click.option("--algorithm", "algorithms", multiple=True, help="All-reduce algorithm(s) (default: the cluster's).")
-@click.option("--out", "out_dir", default="out", show_default=True, help="Directory for scale.csv and scale.png.")
+@click.option("--out", "out_dir", default="out", show_default=True, help="Directory for scale.csv, scale.png and scale-report.html.")
 def scale(
     profile_paths, models, batch_size, device, image_size, efficiency, dtype, cluster_spec, strategies, bucket_mb,
     horovod_threshold_mb, horovod_cycle_ms, workers_spec, nodes_spec, algorithms, out_dir,
