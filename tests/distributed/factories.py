@@ -25,3 +25,18 @@ def tiny_tied_lm(batch_size: int = 4):
 
 def not_a_triple():
     return nn.Linear(2, 2)
+
+
+class WithUnused(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.used = nn.Linear(8, 4)
+        self.spare = nn.Linear(8, 4)  # never called
+
+    def forward(self, x):
+        return self.used(x)
+
+
+def with_unused():
+    """No batch_size argument: the factory's own batch of 4."""
+    return WithUnused(), torch.randn(4, 8, generator=torch.Generator().manual_seed(0)), lambda out: out.sum()

@@ -184,3 +184,24 @@ def test_validate_names_a_factory_that_returns_the_wrong_thing(tmp_path):
     )
     assert r.returncode != 0
     assert "must return (model, example_inputs, loss_fn)" in r.stderr
+
+
+def test_validate_names_parameters_its_ddp_cannot_reduce_before_it_measures(tmp_path):
+    """A factory whose model has a parameter no step uses: one line naming it on each rank, before
+    the rounds (validate runs DDP without find_unused_parameters); the factory takes no batch size,
+    so the run says it is of the factory's own batch, not --batch-size's."""
+    r = subprocess.run(
+        [
+            sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
+            "-m", "commsched", "validate", "--model", "tests.distributed.factories:with_unused", "--batch-size", "64",
+            "--strategy", "wfbp", "--rounds", "1", "--steps", "1", "--out", str(tmp_path / "v"),
+        ],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    errors = [line for line in r.stderr.splitlines() if "commsched: error" in line]
+    assert r.returncode != 0 and len(errors) == 2, r.stderr[-3000:]
+    assert all("2 trainable parameter(s)" in e and "spare.weight, spare.bias" in e and "find_unused_parameters" in e for e in errors)
+    said = " ".join(r.stderr.split())  # the progress console wraps its lines
+    assert "takes no batch_size: the run is of its own inputs (batch 4), not --batch-size 64" in said
+    assert "1 round(s)" in r.stderr and "2/5" not in r.stderr  # the smoke-test note; stopped in the profile phase
+    assert not (tmp_path / "v").exists()
