@@ -9,8 +9,8 @@ its buckets (:func:`ddp_options`), and the profile DDP lays its buckets over wit
 from __future__ import annotations
 
 import hashlib
-import os
 import json
+import os
 import warnings
 from dataclasses import replace
 
