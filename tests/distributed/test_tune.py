@@ -160,3 +160,25 @@ def test_a_loop_with_accumulation_and_evaluation_forwards_keeps_stock_ddps_param
         for first, again in _runs(tmp_path / model, model, keep, "wfbp", "0"):
             assert first["decision"] == keep and first["steps_by_variant"]["plan"] > 0
             assert again["from_memory"] and again["decision"] == keep
+
+
+def test_a_memory_that_cannot_be_written_or_read_never_stops_training(tmp_path):
+    """The memory is a cache: a cache_dir under a regular file is a warning and the decision holds
+    for the job; a remembered decision that is not one (JSON null here) is a warning naming it, and
+    tuning runs again."""
+    (tmp_path / "a-file").write_text("")
+    procs = run_workers("tune.py", ["tied", "plan", "wfbp", str(tmp_path / "a-file" / "memory")])
+    for doc in results(procs):
+        for run in doc["runs"]:
+            assert run["bit_identical"] and run["decision"] == "plan" and run["from_memory"] is None, run
+    assert "could not write the decision" in procs[0].stderr
+
+    _runs(tmp_path / "m", "tied", "plan", "wfbp")  # a memory, then corrupted
+    (entry,) = [p for p in (tmp_path / "m").iterdir() if p.is_dir()]
+    (entry / "decision.json").write_text("null")
+    procs = run_workers("tune.py", ["tied", "plan", "wfbp", str(tmp_path / "m")])
+    for doc in results(procs):
+        first, again = doc["runs"]
+        assert first["bit_identical"] and first["from_memory"] is None and first["decision"] == "plan"
+        assert again["from_memory"]  # the second run reads what the first wrote again
+    assert "ignoring the remembered decision" in procs[0].stderr and "decision.json" in procs[0].stderr

@@ -106,3 +106,18 @@ def test_an_output_folder_that_cannot_be_written_is_found_before_measuring(tmp_p
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     assert "cannot write the report to --out" in _unwritable(str(blocker / "out"))
+
+
+def test_a_model_with_nothing_to_reduce_is_named(tmp_path):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        frozen = nn.Linear(4, 2).requires_grad_(False)
+        from commsched.types import Bucket, Plan
+
+        for args, kwargs in (((), {"tune": True}), ((Plan("x", "m", (Bucket(("weight", "bias"), 40),)),), {})):
+            with pytest.raises(CommschedError, match="no parameter that requires a gradient: DDP has nothing to reduce"):
+                commsched.DataParallel(frozen, *args, **kwargs)
+    finally:
+        dist.destroy_process_group()

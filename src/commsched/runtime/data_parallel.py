@@ -89,6 +89,8 @@ class DataParallel(nn.parallel.DistributedDataParallel):
         rank = dist.get_rank(group)
         deadline = time.monotonic() + float(timeout_s)  # one deadline for the whole set-up
         static_graph = bool(ddp_kwargs.get("static_graph"))
+        if not trainable_parameters(module):
+            raise CommschedError(f"rank {rank}: the model has no parameter that requires a gradient: DDP has nothing to reduce")
         if plan is None:  # tuning: stock DDP's defaults first; every rank checks it has the same model
             _agree_on_plan(_whole_model_plan(module), module, group, deadline, rank)
             expr = None

@@ -78,7 +78,7 @@ from commsched.calibrate.trial import TrialRule, clear_lower, pair_ratios, speed
 from commsched.errors import CommschedError
 from commsched.planners.compare import plan_label, ranked_caps
 from commsched.runtime.collectives import broadcast_bytes, comm_device, gather_text, wait_until
-from commsched.runtime.ddp_plan import ddp_options, trainable_parameters, with_unused_parameters
+from commsched.runtime.ddp_plan import check_plan_fits, ddp_options, trainable_parameters, with_unused_parameters
 
 SCHEMA = "commsched.tune/v1"
 # validate's chain sizes up to 1 MiB (the per-call cost DDP's big buckets hide; the buckets measure
@@ -715,7 +715,12 @@ class Tuner:
         if decision == "stock":
             self.plan_ddp = None  # its buckets go with it
         if self.rank == 0 and not from_memory:
-            self._write()
+            try:
+                self._write()
+            except OSError as e:  # the memory is optional: training goes on with the decision
+                import warnings
+
+                warnings.warn(f"commsched tune: could not write the decision to {self.entry} ({e}); it is kept for this job only", stacklevel=4)
         if self.rank == 0 and self.cfg.log:
             where = f" ({self.entry})" if self.entry is not None else ""
             kept = f"{plan_label(self.plan)}'s {len(self.plan.buckets)} buckets" if decision == "plan" and self.plan is not None else "stock DDP's default buckets"
@@ -789,10 +794,16 @@ class Tuner:
                 if f.is_file():
                     try:
                         doc = json.loads(f.read_text())
-                        if (doc.get("schema") != SCHEMA or doc.get("decision") not in _DECISIONS or doc.get("key") != self.key
-                                or not isinstance(doc.get("plan"), dict)):
-                            doc = None
-                    except (OSError, ValueError):
+                        if (not isinstance(doc, dict) or doc.get("schema") != SCHEMA or doc.get("decision") not in _DECISIONS
+                                or doc.get("key") != self.key or not isinstance(doc.get("plan"), dict) or not isinstance(doc.get("reason"), str)):
+                            raise ValueError("not a decision of this job")
+                        from commsched.formats.io import plan_from_json
+
+                        check_plan_fits(plan_from_json(doc["plan"], where=str(f)), trainable_parameters(self.module))
+                    except (OSError, ValueError, CommschedError) as e:  # the memory is a cache: tune again
+                        import warnings
+
+                        warnings.warn(f"commsched tune: ignoring the remembered decision {f} ({e}); tuning again", stacklevel=4)
                         doc = None
             payload = json.dumps(doc).encode()
         doc = json.loads(broadcast_bytes(payload, self.group, self.device, self.rank, cfg.timeout_s, "tuning's memory"))
