@@ -131,14 +131,19 @@ def plan_fingerprint(plan: Plan, params: dict[str, nn.Parameter], module: nn.Mod
     return hashlib.sha256(json.dumps([layout, buffers]).encode()).digest()
 
 
+def unused_parameters(profile: ModelProfile, model: nn.Module) -> list[str]:
+    """The trainable parameters (with elements) that got no gradient in the profile's steps."""
+    have = set(profile.names)
+    return [n for n, p in trainable_parameters(model).items() if p.numel() and n not in have]
+
+
 def with_unused_parameters(profile: ModelProfile, model: nn.Module, find_unused: bool) -> ModelProfile:
     """Without ``find_unused``: the profile, or an error naming the trainable parameters it lacks (no
     gradient when measured). With it: the profile in the order DDP keeps its buckets then (reverse
     definition order), ready times the running maximum along it, unused parameters ready at the
     first gradient (see :func:`plan_for`)."""
     params = trainable_parameters(model)
-    have = set(profile.names)
-    unused = [n for n, p in params.items() if p.numel() and n not in have]
+    unused = unused_parameters(profile, model)
     if not find_unused:
         if unused:
             names = ", ".join(unused[:3]) + (f" and {len(unused) - 3} more" if len(unused) > 3 else "")

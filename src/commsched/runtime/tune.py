@@ -62,6 +62,7 @@ import socket
 import statistics
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -393,8 +394,6 @@ class Tuner:
             self._finish("stock", doc["stop"])
             return "stock"
         if "error" in doc:  # the job goes on with stock DDP: tuning never stops training
-            import warnings
-
             warnings.warn(f"commsched tune: planning failed on rank 0 ({doc['error']}); keeping stock DDP's buckets", stacklevel=4)
             self._finish("stock", f"planning failed on rank 0: {doc['error']}")
             return "stock"
@@ -531,8 +530,6 @@ class Tuner:
     def _new_ddp(self, plan) -> nn.parallel.DistributedDataParallel:
         """Stock DDP over the wrapper's module with ``plan``'s caps (None: DDP's defaults), the user's
         other DDP arguments, no second broadcast of the weights."""
-        import warnings
-
         opts: dict = {"find_unused_parameters": self.find_unused}
         if plan is not None:
             with warnings.catch_warnings(record=True) as caught:
@@ -718,8 +715,6 @@ class Tuner:
             try:
                 self._write()
             except OSError as e:  # the memory is optional: training goes on with the decision
-                import warnings
-
                 warnings.warn(f"commsched tune: could not write the decision to {self.entry} ({e}); it is kept for this job only", stacklevel=4)
         if self.rank == 0 and self.cfg.log:
             where = f" ({self.entry})" if self.entry is not None else ""
@@ -786,6 +781,8 @@ class Tuner:
             self.entry = Path(cfg.out_dir) if cfg.out_dir else memory / self.key
         elif cfg.out_dir:
             self.entry = Path(cfg.out_dir)
+        from commsched.formats.io import plan_from_json
+
         payload = None
         if self.rank == 0:
             doc = None
@@ -797,20 +794,14 @@ class Tuner:
                         if (not isinstance(doc, dict) or doc.get("schema") != SCHEMA or doc.get("decision") not in _DECISIONS
                                 or doc.get("key") != self.key or not isinstance(doc.get("plan"), dict) or not isinstance(doc.get("reason"), str)):
                             raise ValueError("not a decision of this job")
-                        from commsched.formats.io import plan_from_json
-
                         check_plan_fits(plan_from_json(doc["plan"], where=str(f)), trainable_parameters(self.module))
                     except (OSError, ValueError, CommschedError) as e:  # the memory is a cache: tune again
-                        import warnings
-
                         warnings.warn(f"commsched tune: ignoring the remembered decision {f} ({e}); tuning again", stacklevel=4)
                         doc = None
             payload = json.dumps(doc).encode()
         doc = json.loads(broadcast_bytes(payload, self.group, self.device, self.rank, cfg.timeout_s, "tuning's memory"))
         if doc is None:
             return
-        from commsched.formats.io import plan_from_json
-
         self.plan = plan_from_json(doc["plan"], where="the remembered plan")
         if doc["decision"] == "plan":
             self.plan_ddp = None if self.fresh_per_switch else self._new_ddp(self.plan)

@@ -292,9 +292,9 @@ def profile_phase(job: Job) -> Before:
     job.say(f"1/5 measuring the profile of {cfg.model} on every rank, inside stock DDP training steps")
     with runs_on(cfg.model, job.inputs):
         order = measure_profile(job.base, job.inputs, job.loss_fn, name=cfg.model, batch_size=cfg.batch_size, warmup=1, iters=2)
-    from commsched.runtime.ddp_plan import trainable_parameters
+    from commsched.runtime.ddp_plan import unused_parameters
 
-    unused = [n for n, p in trainable_parameters(job.base).items() if p.numel() and n not in set(order.names)]
+    unused = unused_parameters(order, job.base)
     if unused:  # every rank measured the same model on the same inputs: every rank stops here alike
         names = ", ".join(unused[:3]) + (f" and {len(unused) - 3} more" if len(unused) > 3 else "")
         raise CommschedError(
