@@ -340,6 +340,11 @@ ERRORS = {
         )[1],
         "extrapolates to 0 s at about 1137 bytes",
     ),
+    "device with only a profile file": (lambda t: ["plan", "--profile", PROFILE, "--device", "A100"], "--device sets a zoo profile"),
+    "efficiency with only a profile file": (lambda t: ["scale", "--profile", PROFILE, "--efficiency", "0.5", "--out", str(t / "s")], "--efficiency sets a zoo profile"),
+    "empty strategy": (lambda t: ["plan", "--profile", PROFILE, "--strategy", ""], "--strategy names nothing"),
+    "empty algorithm": (lambda t: ["scale", "--profile", PROFILE, "--algorithm", ",", "--out", str(t / "s")], "--algorithm names nothing"),
+    "sweep without replaced-by": (lambda t: ["layers", "--profile", PROFILE, "--sweep", "0,4"], "--sweep 0,4 sets the worker counts of --replaced-by's comparison"),
     "400-digit workers": (lambda t: ["plan", "--profile", PROFILE, "--workers", "1" + "0" * 400], "--workers must be at most 2**20"),
     "image size that cannot be allocated": (
         lambda t: ["profile", "--model", "resnet18", "--measure", "--batch-size", "64", "--image-size", "8192", "--out", str(t / "p.json")],

@@ -22,12 +22,14 @@ DEFAULT_BATCH = 32
 DEFAULT_DEVICE = "V100"
 # the default is commsched.planners.MIN_GAIN_OVER_DDP (a test checks the text), read only when used:
 # the CLI imports nothing heavy at start-up
-MIN_GAIN_HELP = (
-    "The recommendation (what to run, and the plan written) is stock DDP's default buckets unless a plan "
+_MIN_GAIN_RULE = (
+    "is stock DDP's default buckets unless a plan "
     "is predicted at least this fraction faster than them: its iteration at most (1 - G) times theirs "
     "(default 0.03: the prediction error measured on the emulated cluster; 0: the fastest plan). "
     "The optimal row is always the optimum."
 )
+MIN_GAIN_HELP = "The recommendation (what to run, and the plan written) " + _MIN_GAIN_RULE
+VALIDATE_MIN_GAIN_HELP = "The recommendation validate prints and writes in validate.json (what to run, from the numbers before the run) " + _MIN_GAIN_RULE
 
 DTYPE_OPTION = click.option(
     "--dtype", type=click.Choice(["fp32", "fp16", "bf16"]), default=None,
@@ -64,18 +66,36 @@ def given(param: str) -> bool:
     return click.get_current_context().get_parameter_source(param) is not ParameterSource.DEFAULT
 
 
+def refuse_zoo_options(profile_paths: Sequence[str], models: Sequence[str], options: Sequence[tuple[str, str]] = ()) -> None:
+    """With only profile files, an option that shapes estimated zoo profiles would be ignored: refuse it.
+
+    ``options`` adds (flag, parameter) pairs a command has beyond the shared ones (layers' ``--model``)."""
+    if not profile_paths or models:
+        return
+    shared = (("--batch-size", "batch_size"), ("--device", "device"), ("--image-size", "image_size"), ("--efficiency", "efficiency"))
+    params = click.get_current_context().params
+    for opt, param in (*options, *shared):
+        if param in params and given(param):
+            files = " ".join(f"--profile {p}" for p in profile_paths)
+            raise CommschedError(f"{opt} sets a zoo profile; {files} is used as it is")
+
+
 def err_console():
     from rich.console import Console
 
     return Console(stderr=True)
 
 
-def split(values: Sequence[str]) -> list[str]:
-    """Comma-separated or repeated values, duplicates dropped (first occurrence kept)."""
+def split(values: Sequence[str], what: str) -> list[str]:
+    """Comma-separated or repeated values of option ``what``, duplicates dropped (first occurrence kept).
+
+    An option given only empty values (``--strategy ""``) is an error, not the option's default."""
     out: list[str] = []
     for v in (v.strip() for item in values for v in item.split(",")):
         if v and v not in out:
             out.append(v)
+    if values and not out:
+        raise CommschedError(f"{what} names nothing: got {' '.join(repr(v) for v in values)}")
     return out
 
 
@@ -178,5 +198,5 @@ def planners(
     # cycle far above float resolution at the end of the longest timeline (1.2e-10 s at 1e6 s)
     bounded("--horovod-cycle-ms", hvd_cycle_ms, MAX_SECONDS * 1e3, f"{MAX_SECONDS * 1e3:g} ms", lower=1e-6, strict=False, lower_text="1e-06 ms (1 ns)")
     return configured_planners(
-        split(names), bucket_mb=bucket_mb, horovod_threshold_mb=hvd_threshold_mb, horovod_cycle_ms=hvd_cycle_ms, resources=resources,
+        split(names, "--strategy"), bucket_mb=bucket_mb, horovod_threshold_mb=hvd_threshold_mb, horovod_cycle_ms=hvd_cycle_ms, resources=resources,
     )

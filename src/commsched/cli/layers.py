@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from commsched.cli.common import DEFAULT_BATCH, DEFAULT_DEVICE, DEFAULT_MODEL, DTYPE_OPTION, bounded, cluster, given, profiles
+from commsched.cli.common import DEFAULT_BATCH, DEFAULT_DEVICE, DEFAULT_MODEL, DTYPE_OPTION, bounded, cluster, given, profiles, refuse_zoo_options
 from commsched.errors import CommschedError
 
 
@@ -38,15 +38,14 @@ def layers(
     chosen = planner(strategy)
     if chooses_resources(chosen):
         raise CommschedError(f"layers compares plain plans; {strategy!r} plans per-bucket resources")
+    if given("workers_spec") and not alternatives:
+        raise CommschedError(f"--sweep {workers_spec} sets the worker counts of --replaced-by's comparison; give --replaced-by too, or --workers to rank at one count")
     sweep_workers = expand_workers(workers_spec) if alternatives else ()
     for n in sweep_workers:
         c.with_workers(n)  # a fitted cluster cannot rescale: fail before any work
     if profile_path is not None and alternatives:
         raise CommschedError("--replaced-by compares zoo models; rank a profile file without it")
-    if profile_path is not None:
-        for opt, param in (("--model", "model"), ("--batch-size", "batch_size"), ("--image-size", "image_size"), ("--device", "device")):
-            if given(param):
-                raise CommschedError(f"{opt} sets a zoo profile; --profile {profile_path} is used as it is")
+    refuse_zoo_options([profile_path] if profile_path else [], [], (("--model", "model"),))
     (prof,) = profiles([profile_path] if profile_path else [], [] if profile_path else [model], batch_size, device, image_size, None, dtype).values()
     layer_count = len({layer_of(t.name) for t in prof.tensors})
     with progress(True, f"re-planning {prof.model} without each layer", layer_count) as bar:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from commsched.cli.common import DEFAULT_DEVICE, DEFAULT_MODEL, MIN_GAIN_HELP, cluster, planners, profiles, strategy_options
+from commsched.cli.common import DEFAULT_DEVICE, DEFAULT_MODEL, MIN_GAIN_HELP, cluster, planners, profiles, refuse_zoo_options, strategy_options
 from commsched.errors import CommschedError
 
 
@@ -35,6 +35,7 @@ def plan(
 
     if len(profile_paths) + len(models) > 1:
         raise CommschedError("plan takes one model: give either one --profile or one --model")
+    refuse_zoo_options(profile_paths, models)
     c = cluster(cluster_spec, workers, algorithm)
     min_gain = MIN_GAIN_OVER_DDP if min_gain is None else min_gain
     check_min_gain(min_gain, "--min-gain")

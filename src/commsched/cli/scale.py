@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from commsched.cli.common import DEFAULT_DEVICE, DEFAULT_MODEL, cluster, planners, profiles, split, strategy_options
+from commsched.cli.common import DEFAULT_DEVICE, DEFAULT_MODEL, cluster, planners, profiles, refuse_zoo_options, split, strategy_options
 from commsched.errors import CommschedError
 
 
@@ -31,7 +31,8 @@ def scale(
     from commsched.report.progress import progress
     from commsched.scale import sweep
 
-    algos = split(algorithms)
+    refuse_zoo_options(profile_paths, split(models, "--model"))
+    algos = split(algorithms, "--algorithm")
     c = cluster(cluster_spec, None, None)
     workers = _workers(c, workers_spec, nodes_spec)
     for a in algos or [None]:  # fail before any work on an unknown algorithm or a fitted-only cluster
@@ -48,7 +49,7 @@ def scale(
     if c.resources is not None:
         click.echo(f"note: scale predicts without contention; {c.name}'s resources and contention model are used by plan", err=True)
     device = device or c.device or DEFAULT_DEVICE
-    profs = profiles(profile_paths, split(models) or ([] if profile_paths else [DEFAULT_MODEL]), batch_size, device, image_size, efficiency, dtype)
+    profs = profiles(profile_paths, split(models, "--model") or ([] if profile_paths else [DEFAULT_MODEL]), batch_size, device, image_size, efficiency, dtype)
     if len(profs) > MAX_PLOT_ROWS:  # scale.png has a row per model; fail before the sweep
         raise CommschedError(f"scale plots at most {MAX_PLOT_ROWS} models in one run, got {len(profs)}")
     total = len(profs) * max(len(algos), 1) * len(workers) * len(chosen)

@@ -6,7 +6,7 @@ import os
 
 import click
 
-from commsched.cli.common import MIN_GAIN_HELP, bounded, check_model_inputs, split
+from commsched.cli.common import VALIDATE_MIN_GAIN_HELP, bounded, check_model_inputs, split
 from commsched.errors import CommschedError
 
 MIN_ROUNDS_FOR_INTERVALS = 3  # a bootstrap over fewer rounds gives back the rounds' own ratios
@@ -24,7 +24,7 @@ MIN_ROUNDS_FOR_INTERVALS = 3  # a bootstrap over fewer rounds gives back the rou
 @click.option("--rounds", default=12, show_default=True, type=int, help="Interleaved rounds (A B C ... A B C ...).")
 @click.option("--steps", default=2, show_default=True, type=int, help="Timed steps per strategy per round.")
 @click.option("--out", "out_dir", default="out/validate", show_default=True, help="Folder for the report and its files (made if missing, checked before measuring).")
-@click.option("--min-gain", type=float, default=None, help=MIN_GAIN_HELP)
+@click.option("--min-gain", type=float, default=None, help=VALIDATE_MIN_GAIN_HELP)
 def validate(model, batch_size, image_size, strategies, rounds, steps, out_dir, min_gain) -> None:
     """Under torchrun: profile, benchmark, predict, then train every strategy and compare with measurement."""
     from dataclasses import replace
@@ -40,7 +40,7 @@ def validate(model, batch_size, image_size, strategies, rounds, steps, out_dir, 
     check_model_inputs(batch_size, image_size)
     for what, v in (("--rounds", rounds), ("--steps", steps)):
         bounded(what, v, MAX_STEPS, f"{MAX_STEPS:,}")
-    names = split(strategies)
+    names = split(strategies, "--strategy")
     for n in names:
         if chooses_resources(planner(n)):
             raise CommschedError(f"validate runs gloo on CPUs, which has no per-all-reduce GPU resources: strategy {n!r} needs an NCCL cluster")

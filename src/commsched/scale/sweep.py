@@ -88,7 +88,7 @@ def sweep(
                             **({"nodes": n // per_node} if per_node else {}),
                             "iteration_s": t_n,
                             "compute_s": profile.compute_s,
-                            "non_overlapped_comm_s": t_n - profile.optimizer_s - profile.compute_s,
+                            "non_overlapped_comm_s": max(0.0, t_n - profile.optimizer_s - profile.compute_s),
                             "buckets": len(ends),
                             "scaling_factor": sf,
                             "speedup": n * sf,

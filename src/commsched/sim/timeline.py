@@ -106,5 +106,6 @@ def simulate(profile: ModelProfile, ends: Sequence[int], cost: CostModel) -> Tim
         iteration_s=t + profile.optimizer_s,
         compute_s=profile.compute_s,
         comm_s=comm,
-        non_overlapped_comm_s=t - backward_end,
+        # the last tensor's ready time is a sum of per-tensor times: it may round below backward_end
+        non_overlapped_comm_s=max(0.0, t - backward_end),
     )
