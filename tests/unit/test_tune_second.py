@@ -210,6 +210,18 @@ def test_a_clear_gain_is_kept_after_three_pairs(monkeypatch):
     assert doc["steps_to_decide"] == start + 2 * (2 + 3 * 4)
 
 
+def test_a_report_read_while_tuning_runs_keeps_nothing_yet(monkeypatch):
+    """``model.tuning`` read mid-trial said kept "stock" before anything was decided."""
+    first, second, stock = _plans()
+    t = _tuner(monkeypatch, ROOMY, first, second, stock)
+    _run(t, {"wfbp": 0.9, "bucket_cap_mb=5": 0.81}, 5)
+    doc = t.report()
+    assert doc["decision"] is None and doc["kept"] is None and doc["phase"] == "trial"
+    _run(t, {"wfbp": 0.9, "bucket_cap_mb=5": 0.81}, 200)
+    doc = t.report()
+    assert doc["phase"] == "done" and doc["kept"] == "bucket_cap_mb=5"
+
+
 @pytest.mark.parametrize("fresh", [True, False])
 def test_a_cap_as_fast_as_the_winner_is_dropped_after_three_pairs(monkeypatch, fresh):
     """Before, a tie raced to max_pairs (16 pairs, 64 steps); the winner so far stays either way."""

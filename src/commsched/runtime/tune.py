@@ -729,12 +729,14 @@ class Tuner:
         doc = {
             "schema": SCHEMA,
             "decision": self.decision,
-            "kept": plan_label(self.plan) if self.decision == "plan" and self.plan is not None else "stock",
+            "phase": self.phase,  # warmup, calibrate, trial, done
+            # nothing is kept while tuning runs: a report read mid-tuning must not say stock DDP was
+            "kept": None if self.decision is None else plan_label(self.plan) if self.decision == "plan" and self.plan is not None else "stock",
             "reason": self.reason,
             "key": self.key,
             "steps_to_decide": self.decided_at,
             "steps_by_variant": counts,
-            "calibration_steps": self.cfg.calibration_steps if self.stock_plan is not None else 0,
+            "calibration_steps": self.cfg.calibration_steps if self.stock_plan is not None else 0,  # 0 until calibrated
             "trial_pairs": self.pairs_before + self.pairs,
             "block_steps": self.cfg.rule.block,
             "tuner_own_s": self.own_s,
