@@ -10,7 +10,10 @@
   id), so some experts get no gradient in some steps: trained with ``find_unused_parameters=True``;
 - ``lstm_lm``: a recurrent language model (an 8k-word embedding, 2 LSTM layers of 512, an untied
   output layer): 11 tensors, 48 MiB, the embedding and the output layer 16 MiB each; its backward
-  is a scan back through time, each LSTM layer's weights ready only at its end.
+  is a scan back through time, each LSTM layer's weights ready only at its end;
+- ``seq2seq``: an encoder-decoder transformer (``nn.Transformer``: 2 + 2 layers of width 256)
+  translating between two 8k vocabularies, with its own source and target embeddings and an untied
+  output layer: three 8 MiB tensors among about 100 small ones, the source embedding ready last.
 """
 
 from __future__ import annotations
@@ -112,3 +115,28 @@ def lstm_lm(batch_size: int = 8):
         return nn.functional.cross_entropy(logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
 
     return model, (tokens[:, :-1],), loss_fn
+
+
+class Seq2Seq(nn.Module):
+    def __init__(self, layers: int = 2) -> None:
+        super().__init__()
+        self.src_emb = nn.Embedding(VOCAB, WIDTH)
+        self.tgt_emb = nn.Embedding(VOCAB, WIDTH)
+        self.core = nn.Transformer(WIDTH, 8, layers, layers, 4 * WIDTH, dropout=0.0, batch_first=True)
+        self.head = nn.Linear(WIDTH, VOCAB)
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        mask = nn.Transformer.generate_square_subsequent_mask(tgt.shape[1])
+        return self.head(self.core(self.src_emb(src), self.tgt_emb(tgt), tgt_mask=mask, tgt_is_causal=True))
+
+
+def seq2seq(batch_size: int = 8):
+    g = torch.Generator().manual_seed(0)
+    src = torch.randint(0, VOCAB, (batch_size, SEQ), generator=g)
+    tgt = torch.randint(0, VOCAB, (batch_size, SEQ + 1), generator=g)
+    model = Seq2Seq()
+
+    def loss_fn(logits: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(logits.reshape(-1, VOCAB), tgt[:, 1:].reshape(-1))
+
+    return model, (src, tgt[:, :-1]), loss_fn

@@ -36,6 +36,9 @@ MODELS = {
     "lstm_lm": ("benchmarks.custom_models:lstm_lm", ["--batch-size", "8"]),
     # 364 tensors, 30 MiB, dense blocks (many small tensors, concatenations): new to tuning on 2026-11-27
     "densenet121": ("densenet121", ["--batch-size", "8", "--image-size", "64"]),
+    # 68 tensors, 38 MiB, an encoder-decoder transformer with three 8 MiB tensors: not in the zoo,
+    # new to tuning on 2026-11-27 (after densenet121)
+    "seq2seq": ("benchmarks.custom_models:seq2seq", ["--batch-size", "8"]),
 }
 FIRST_STEPS = 200  # issue 33's bound on tuning's cost is over a job's first 200 steps
 SWEEP_STEPS = 20  # steps a hand sweep runs at each cap to compare them (5 of them warm-up)

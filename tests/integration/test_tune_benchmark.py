@@ -97,7 +97,7 @@ def test_the_paired_runs_make_their_rows_in_benchmarks_md(where):
         assert row in bench, (model, row)
 
 
-@pytest.mark.parametrize("name", ["tied_lm", "mixed_mlp", "gated_experts", "lstm_lm"])
+@pytest.mark.parametrize("name", ["tied_lm", "mixed_mlp", "gated_experts", "lstm_lm", "seq2seq"])
 def test_the_custom_models_build_by_import_path_and_train(name, monkeypatch):
     from commsched.models.source import build
 
