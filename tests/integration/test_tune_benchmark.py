@@ -40,6 +40,9 @@ def test_the_stored_results_make_the_table_in_benchmarks_md():
     assert "| 152.7 | 146.1 (**1.045x**) | 1, 146.4 (1.043x) | 150.0 (1.018x) |" in bench
     assert "| lstm_lm | 160.3 | 160.9 (0.996x) | 10, 159.6 (1.004x) | 161.2 (0.994x) | stock, 11 (0), cost 0.21 s | 120 |" in out
     assert "| 160.3 | 160.9 (0.996x) | 10, 159.6 (1.004x) | 161.2 (0.994x) |" in bench
+    out = _report("", "2000", "seq2seq")
+    assert "| seq2seq | 244.3 | 252.8 (0.966x) | 5, 219.9 (1.111x) | 225.4 (1.084x) | bucket_cap_mb=1, 125 (69), cost 0.61 s | 120 |" in out
+    assert "| 244.3 | 252.8 (0.966x) | 5, 219.9 (1.111x) | 225.4 (1.084x) |" in bench
     out = _report("", "500", "bert_small")
     assert "| bert_small | 308.7 | 253.1 (1.219x) | 1, 251.4 (1.228x) | 262.7 (1.175x) | optimal, 117 (95), cost -9.88 s | 120 |" in out
     assert "| 308.7 | 253.1 (**1.219x**) | 1, 251.4 (1.228x) | 262.7 (1.175x) |" in bench
@@ -76,6 +79,9 @@ PAIRED = {  # (folder, rate): {model: the row's cells from "tuned vs stock" to t
     },
     ("race3", "2000"): {
         "resnet18": "1.185x [1.152, 1.213] | 1.171x [1.153, 1.206] | 1: 1.197x [1.151, 1.244] | 0.975x [0.962, 1.029] | optimal, 65 (49), -1.14 s; bucket_cap_mb=5, 65 (43), 0.31 s; bucket_cap_mb=5, 133 (111), -1.37 s",
+    },
+    ("seq2seq", "2000"): {
+        "seq2seq": "1.099x [1.024, 1.176] | 1.058x [1.025, 1.156] | 1: 1.120x [1.108, 1.180] | 0.992x [0.915, 0.996] | bucket_cap_mb=5, 165 (81), 0.04 s; optimal, 89 (69), -0.54 s; optimal, 109 (75), -0.18 s",
     },
     ("race", "500"): {
         "tied_lm": "1.114x [1.107, 1.116] | 1.097x [1.094, 1.101] | 1: 1.111x [1.100, 1.113] | 1.002x [0.997, 1.013] | bucket_cap_mb=1, 67 (45), -1.21 s; bucket_cap_mb=1, 67 (45), -1.03 s; optimal, 51 (29), -0.66 s",
