@@ -10,6 +10,7 @@ in a random order per repeat (the same on every rank). Rank 0 writes the totals,
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import sys
@@ -35,6 +36,7 @@ def main() -> None:
     ap.add_argument("--variants", default="stock,tuned," + ",".join(f"cap{c}" for c in CAPS))
     ap.add_argument("--find-unused", action="store_true")
     ap.add_argument("--tune-strategy", default="optimal", help="the strategy tuning tries (wfbp: a plan that loses, for the cost of a rejection)")
+    ap.add_argument("--tune-min-gain", type=float, default=None, help="TuneConfig.min_gain (0: try the plan even where predicted slower)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
 
@@ -57,6 +59,8 @@ def main() -> None:
                     ddp = DDP(model, find_unused_parameters=args.find_unused)
                 elif v == "tuned":
                     cfg = TuneConfig(strategy=args.tune_strategy, cache_dir="", total_steps=args.steps, log=rank == 0)
+                    if args.tune_min_gain is not None:
+                        cfg = dataclasses.replace(cfg, min_gain=args.tune_min_gain)
                     ddp = DataParallel(model, tune=cfg, find_unused_parameters=args.find_unused)
                 elif v == "untuned":  # the wrapper alone: a job too short to tune, stock DDP throughout
                     cfg = TuneConfig(cache_dir="", total_steps=1, log=False)
