@@ -31,7 +31,8 @@ def scale(
     from commsched.report.progress import progress
     from commsched.scale import sweep
 
-    refuse_zoo_options(profile_paths, split(models, "--model"))
+    model_names = split(models, "--model")
+    refuse_zoo_options(profile_paths, model_names)
     algos = split(algorithms, "--algorithm")
     c = cluster(cluster_spec, None, None)
     workers = _workers(c, workers_spec, nodes_spec)
@@ -49,7 +50,7 @@ def scale(
     if c.resources is not None:
         click.echo(f"note: scale predicts without contention; {c.name}'s resources and contention model are used by plan", err=True)
     device = device or c.device or DEFAULT_DEVICE
-    profs = profiles(profile_paths, split(models, "--model") or ([] if profile_paths else [DEFAULT_MODEL]), batch_size, device, image_size, efficiency, dtype)
+    profs = profiles(profile_paths, model_names or ([] if profile_paths else [DEFAULT_MODEL]), batch_size, device, image_size, efficiency, dtype)
     if len(profs) > MAX_PLOT_ROWS:  # scale.png has a row per model; fail before the sweep
         raise CommschedError(f"scale plots at most {MAX_PLOT_ROWS} models in one run, got {len(profs)}")
     total = len(profs) * max(len(algos), 1) * len(workers) * len(chosen)
