@@ -162,6 +162,18 @@ def test_a_loop_with_accumulation_and_evaluation_forwards_keeps_stock_ddps_param
             assert again["from_memory"] and again["decision"] == keep
 
 
+@pytest.mark.parametrize("keep", ["plan", "stock"])
+def test_a_compiled_model_tunes_and_keeps_stock_ddps_parameters(tmp_path, monkeypatch, keep):
+    """TUNE_COMPILE: ``torch.compile`` over the wrapper, as over stock DDP. Dynamo must not trace the
+    wrapper's forward, the tuner's routing or the recorder's process group and hooks (it failed on
+    the recorder's broadcast, and timed the tuner's own work into the calibration's cost): the
+    module underneath compiles as under stock DDP, and the parameters stay stock DDP's."""
+    monkeypatch.setenv("TUNE_COMPILE", "1")
+    for first, again in _runs(tmp_path, "tied", keep, "wfbp", "0"):
+        assert first["decision"] == keep and first["steps_by_variant"]["plan"] > 0
+        assert again["decision"] == keep and again["from_memory"]
+
+
 def test_a_memory_that_cannot_be_written_or_read_never_stops_training(tmp_path):
     """The memory is a cache: a cache_dir under a regular file is a warning and the decision holds
     for the job; a remembered decision that is not one (JSON null here) is a warning naming it, and

@@ -127,6 +127,10 @@ class DataParallel(nn.parallel.DistributedDataParallel):
             cfg = tune if isinstance(tune, TuneConfig) else TuneConfig(timeout_s=float(timeout_s))
             self.tuner = Tuner(self, cfg, ddp_kwargs, find_unused_parameters, group, rank)
 
+    # torch.compile skips this frame, not what it calls: the module's own forward underneath is
+    # compiled as under stock DDP, whose forward Dynamo skips the same way; tracing this one would
+    # inline DDP's reducer calls and the tuner's timing into the graph, which Dynamo cannot trace
+    @torch.compiler.disable(recursive=False)
     def forward(self, *inputs, **kwargs):
         """Stock DDP's forward; while tuning (and after it keeps a plan), the forward of the DDP
         the tuner chose for this step, over the same module (:mod:`commsched.runtime.tune`)."""

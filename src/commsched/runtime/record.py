@@ -121,7 +121,11 @@ def union_of(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 class RecordingGroup(dist.ProcessGroup):
     """A process group that passes every collective to ``inner`` and tells ``recorder`` (held
-    weakly) of each floating-point all-reduce: the reducer's buckets (module docstring)."""
+    weakly) of each floating-point all-reduce: the reducer's buckets (module docstring).
+
+    Its methods are never traced by ``torch.compile``: DDP's forward calls ``broadcast`` (the bucket
+    rebuild, the buffers) inside a compiled model's call, and a process group's collectives are
+    not graph operations."""
 
     def __init__(self, inner: dist.ProcessGroup, recorder: StepRecorder) -> None:
         super().__init__(inner.rank(), inner.size())
@@ -129,9 +133,11 @@ class RecordingGroup(dist.ProcessGroup):
         self._recorder = weakref.ref(recorder)
         self.allreduces = 0  # every all-reduce passed on (recorded or not)
 
+    @torch.compiler.disable
     def getBackendName(self) -> str:  # noqa: N802 - the ProcessGroup method's name
         return self.inner.name()
 
+    @torch.compiler.disable
     def allreduce(self, tensors, opts=None):
         self.allreduces += 1
         rec = self._recorder()
@@ -146,12 +152,15 @@ class RecordingGroup(dist.ProcessGroup):
         rec.own_s += own + time.perf_counter() - t
         return stamped
 
+    @torch.compiler.disable
     def broadcast(self, tensors, opts=None):
         return self.inner.broadcast(tensors, opts if opts is not None else dist.BroadcastOptions())
 
+    @torch.compiler.disable
     def allgather(self, output_tensors, input_tensors, opts=None):
         return self.inner.allgather(output_tensors, input_tensors, opts if opts is not None else dist.AllgatherOptions())
 
+    @torch.compiler.disable
     def barrier(self, opts=None):
         return self.inner.barrier(opts if opts is not None else dist.BarrierOptions())
 
@@ -237,6 +246,7 @@ class StepRecorder:
             return event
         return time.perf_counter()
 
+    @torch.compiler.disable  # called inside a compiled model's call (the DDP's hooks): never traced
     def _on_forward_start(self, module, _args) -> None:
         t = time.perf_counter()
         self._armed = torch.is_grad_enabled() and module.require_backward_grad_sync
@@ -245,6 +255,7 @@ class StepRecorder:
             self._t0 = self._now()
         self.own_s += time.perf_counter() - t
 
+    @torch.compiler.disable
     def _on_forward_end(self, _module, _args, _out) -> None:
         t = time.perf_counter()
         if self._armed:

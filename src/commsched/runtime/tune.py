@@ -294,6 +294,7 @@ class Tuner:
 
     # --- what runs each step ---------------------------------------------------------------------
 
+    @torch.compiler.disable  # tuning's own work, called from a compiled model's forward: never traced
     def route(self, counted: bool) -> nn.Module | None:
         """The DDP for this forward (None: the wrapper's own); counted steps advance the tuning."""
         if not counted or self.phase == "done":

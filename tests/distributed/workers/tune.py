@@ -12,7 +12,8 @@ TUNE_SLOW_STOCK=1 (stock DDP's trial steps run 200 ms slower, so that the first 
 caps race it: the path through a plan that won), TUNE_ODD_LOOP=1 (a loop with what a real one
 has beside its steps: a micro-batch under ``no_sync()`` before every third step, an evaluation
 forward under ``no_grad`` after every fourth and one with gradients on and no backward after
-others; DDP with ``gradient_as_bucket_view=True``).
+others; DDP with ``gradient_as_bucket_view=True``), TUNE_COMPILE=1 (stock DDP and the tuning wrapper
+each under ``torch.compile``, backend ``aot_eager``: no C++ compiler needed).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ DEVICE = "cuda" if CUDA else "cpu"
 SLOW_FIRST = os.environ.get("TUNE_SLOW_FIRST") == "1"
 SLOW_STOCK = os.environ.get("TUNE_SLOW_STOCK") == "1"
 ODD_LOOP = os.environ.get("TUNE_ODD_LOOP") == "1"
+COMPILE = os.environ.get("TUNE_COMPILE") == "1"
 STEPS = 34 if SLOW_FIRST or SLOW_STOCK else 26
 VOCAB, D = 40, 32
 
@@ -208,8 +210,9 @@ def main() -> None:
         slow_stock_ddp()
     unused = MODEL == "unused"
     ddp_kwargs = {"gradient_as_bucket_view": True} if ODD_LOOP else {}
+    compiled = (lambda m: torch.compile(m, backend="aot_eager")) if COMPILE else (lambda m: m)
     ref = make()
-    train(DDP(ref, find_unused_parameters=unused, **ddp_kwargs), ref, rank)
+    train(compiled(DDP(ref, find_unused_parameters=unused, **ddp_kwargs)), ref, rank)
 
     cfg = TuneConfig(
         strategy=STRATEGY, keep=KEEP, warmup_steps=2, calibration_steps=3, min_gain=MIN_GAIN, max_cost=MAX_COST, cache_dir=CACHE, timeout_s=20,
@@ -222,7 +225,7 @@ def main() -> None:
     for _ in range(2):  # the second run is a restart of the same job: from memory
         model = make()
         dp = DataParallel(model, tune=cfg, find_unused_parameters=unused, **ddp_kwargs)
-        train(dp, model, rank)
+        train(compiled(dp), model, rank)
         rep = dp.tuning
         out["runs"].append({
             "bit_identical": all(torch.equal(p, q) for p, q in zip(model.parameters(), ref.parameters()))
