@@ -174,6 +174,26 @@ def test_a_compiled_model_tunes_and_keeps_stock_ddps_parameters(tmp_path, monkey
         assert again["decision"] == keep and again["from_memory"]
 
 
+@pytest.mark.parametrize("join_at", [20, 4])
+def test_uneven_inputs_under_join_keep_stock_ddps_parameters_and_end_tuning(tmp_path, monkeypatch, join_at):
+    """TUNE_JOIN_AT: ``model.join()`` over uneven inputs (rank 1 runs 3 steps more). A rank out of
+    inputs shadows one DDP's collectives, so the join context ends tuning as it begins: after the
+    decision (step 20) the plan kept is the DDP joined, and a restart joins it from memory; before
+    it (step 4, calibrating) stock DDP's buckets stay and nothing is remembered. Without this the
+    joined rank shadowed the wrapper's buckets while the other ran the plan's: gloo aborted on the
+    mismatch."""
+    monkeypatch.setenv("TUNE_JOIN_AT", str(join_at))
+    for first, again in _runs(tmp_path, "net", "plan", "wfbp", "0"):
+        if join_at == 20:
+            assert first["decision"] == "plan" and first["steps_to_decide"] < join_at
+            assert again["decision"] == "plan" and again["from_memory"]
+        else:
+            assert first["decision"] == again["decision"] == "stock" and first["steps_to_decide"] == join_at
+            assert "join() began after 4 steps" in first["reason"] and again["from_memory"] is None
+    if join_at == 4:
+        assert not any(p.is_dir() for p in tmp_path.iterdir())  # nothing remembered
+
+
 def test_a_memory_that_cannot_be_written_or_read_never_stops_training(tmp_path):
     """The memory is a cache: a cache_dir under a regular file is a warning and the decision holds
     for the job; a remembered decision that is not one (JSON null here) is a warning naming it, and

@@ -140,7 +140,16 @@ class DataParallel(nn.parallel.DistributedDataParallel):
         if target is None:
             return super().forward(*inputs, **kwargs)
         target.require_backward_grad_sync = self.require_backward_grad_sync  # no_sync() on this wrapper
+        target._join_config = self._join_config  # a Join context over this wrapper: that DDP notifies it
         return target(*inputs, **kwargs)
+
+    def join_hook(self, **kwargs):
+        """Stock DDP's join hook (uneven inputs, ``model.join()`` or ``Join([model, ...])``), of the
+        DDP forwards go to. ``Join`` asks for it as its context begins, on every rank: tuning ends
+        there (:meth:`commsched.runtime.tune.Tuner.end_for_join`), since a rank out of inputs
+        shadows one DDP's collectives until every rank is."""
+        target = self.tuner.end_for_join() if self.tuner is not None else None
+        return target.join_hook(**kwargs) if target is not None else super().join_hook(**kwargs)
 
     @property
     def tuning(self) -> dict | None:

@@ -319,6 +319,23 @@ class Tuner:
         self.step += 1
         return self.active
 
+    @torch.compiler.disable
+    def end_for_join(self) -> nn.Module | None:
+        """The DDP a ``Join`` context is to shadow (None: the wrapper's own), ending tuning first.
+
+        Called as the context begins, which every rank does at the same step. A rank whose inputs
+        run out shadows one DDP's collectives for the rest of the context, so the DDP in use must
+        stop changing: a decision made stands; before one, stock DDP's default buckets stay, and
+        are not remembered (nothing was measured to the end)."""
+        if self.phase != "done":
+            self._finish(
+                "stock",
+                f"join() began after {self.step} steps, before tuning decided: a rank out of inputs shadows one DDP's collectives, "
+                "so tuning ends with stock DDP's default buckets (not remembered)",
+                remember=False,
+            )
+        return self.active
+
     def _running(self) -> nn.Module:
         """The DDP forwards go to: the one in use, else the wrapper itself."""
         return self.active if self.active is not None else self._ddp_ref
@@ -696,7 +713,7 @@ class Tuner:
 
     # --- the decision ----------------------------------------------------------------------------
 
-    def _finish(self, decision: str, reason: str, *, from_memory: bool = False) -> None:
+    def _finish(self, decision: str, reason: str, *, from_memory: bool = False, remember: bool = True) -> None:
         self.decision, self.reason = decision, reason
         self.phase = "done"
         self.decided_at = self.step
@@ -712,7 +729,7 @@ class Tuner:
         self._switch(decision)
         if decision == "stock":
             self.plan_ddp = None  # its buckets go with it
-        if self.rank == 0 and not from_memory:
+        if self.rank == 0 and not from_memory and remember:
             try:
                 self._write()
             except OSError as e:  # the memory is optional: training goes on with the decision

@@ -13,11 +13,13 @@ caps race it: the path through a plan that won), TUNE_ODD_LOOP=1 (a loop with wh
 has beside its steps: a micro-batch under ``no_sync()`` before every third step, an evaluation
 forward under ``no_grad`` after every fourth and one with gradients on and no backward after
 others; DDP with ``gradient_as_bucket_view=True``), TUNE_COMPILE=1 (stock DDP and the tuning wrapper
-each under ``torch.compile``, backend ``aot_eager``: no C++ compiler needed).
+each under ``torch.compile``, backend ``aot_eager``: no C++ compiler needed), TUNE_JOIN_AT=N (uneven
+inputs: rank r runs 3 r steps more, inside ``model.join()`` from step N on, stock DDP's too).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -42,6 +44,7 @@ SLOW_FIRST = os.environ.get("TUNE_SLOW_FIRST") == "1"
 SLOW_STOCK = os.environ.get("TUNE_SLOW_STOCK") == "1"
 ODD_LOOP = os.environ.get("TUNE_ODD_LOOP") == "1"
 COMPILE = os.environ.get("TUNE_COMPILE") == "1"
+JOIN_AT = int(os.environ["TUNE_JOIN_AT"]) if os.environ.get("TUNE_JOIN_AT") else None
 STEPS = 34 if SLOW_FIRST or SLOW_STOCK else 26
 VOCAB, D = 40, 32
 
@@ -119,7 +122,10 @@ def step_loss(model: nn.Module, rank: int, step: int) -> torch.Tensor:
 
 def train(wrapped: nn.Module, module: nn.Module, rank: int) -> None:
     opt = torch.optim.SGD(module.parameters(), lr=0.05, momentum=0.9)
-    for step in range(STEPS):
+    joined = contextlib.ExitStack()  # the join context, once it begins, until every rank is out of steps
+    for step in range(STEPS + (3 * rank if JOIN_AT is not None else 0)):
+        if step == JOIN_AT:
+            joined.enter_context(wrapped.join())
         opt.zero_grad(set_to_none=True)
         if ODD_LOOP and step % 3 == 0:  # a micro-batch accumulated without an all-reduce
             with wrapped.no_sync():
@@ -134,6 +140,7 @@ def train(wrapped: nn.Module, module: nn.Module, rank: int) -> None:
             else:
                 step_loss(wrapped, rank, 20_000 + step)
             module.train()
+    joined.close()
 
 
 def slow_stock_ddp() -> None:
