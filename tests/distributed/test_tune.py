@@ -167,30 +167,45 @@ def test_a_compiled_model_tunes_and_keeps_stock_ddps_parameters(tmp_path, monkey
     """TUNE_COMPILE: ``torch.compile`` over the wrapper, as over stock DDP. Dynamo must not trace the
     wrapper's forward, the tuner's routing or the recorder's process group and hooks (it failed on
     the recorder's broadcast, and timed the tuner's own work into the calibration's cost): the
-    module underneath compiles as under stock DDP, and the parameters stay stock DDP's."""
+    module underneath compiles as under stock DDP (graphs compiled in each run, Dynamo reset before
+    it), and the parameters stay stock DDP's. The restart that keeps the plan compiles under the
+    plan's DDP, whose buckets are all under 1 MiB: Dynamo's DDPOptimizer refused such a DDP."""
     monkeypatch.setenv("TUNE_COMPILE", "1")
     for first, again in _runs(tmp_path, "tied", keep, "wfbp", "0"):
         assert first["decision"] == keep and first["steps_by_variant"]["plan"] > 0
         assert again["decision"] == keep and again["from_memory"]
+        assert first["graphs_compiled"] > 0 and again["graphs_compiled"] > 0
 
 
-@pytest.mark.parametrize("join_at", [20, 4])
-def test_uneven_inputs_under_join_keep_stock_ddps_parameters_and_end_tuning(tmp_path, monkeypatch, join_at):
+@pytest.mark.parametrize("case", ["after", "after-unused", "calibrating", "racing", "disabled"])
+def test_uneven_inputs_under_join_keep_stock_ddps_parameters_and_end_tuning(tmp_path, monkeypatch, case):
     """TUNE_JOIN_AT: ``model.join()`` over uneven inputs (rank 1 runs 3 steps more). A rank out of
-    inputs shadows one DDP's collectives, so the join context ends tuning as it begins: after the
-    decision (step 20) the plan kept is the DDP joined, and a restart joins it from memory; before
-    it (step 4, calibrating) stock DDP's buckets stay and nothing is remembered. Without this the
-    joined rank shadowed the wrapper's buckets while the other ran the plan's: gloo aborted on the
-    mismatch."""
+    inputs shadows one DDP's collectives, so tuning ends where the join takes effect: after the
+    decision (step 20) the plan kept is the DDP joined (also with find_unused_parameters, whose
+    DDPs are built afresh), and a restart joins it from memory; while calibrating (step 4) stock
+    DDP's buckets stay; in a race (step 12, the first plan measured faster than a slowed stock DDP)
+    the winner so far stays; neither is remembered. ``join(enable=False)`` changes nothing. Without
+    this the joined rank shadowed the wrapper's buckets while the other ran the plan's: gloo aborted
+    on the mismatch."""
+    join_at = {"after": 20, "after-unused": 20, "calibrating": 4, "racing": 12, "disabled": 4}[case]
     monkeypatch.setenv("TUNE_JOIN_AT", str(join_at))
-    for first, again in _runs(tmp_path, "net", "plan", "wfbp", "0"):
-        if join_at == 20:
-            assert first["decision"] == "plan" and first["steps_to_decide"] < join_at
+    if case == "disabled":
+        monkeypatch.setenv("TUNE_JOIN_ENABLE", "0")
+    if case == "racing":
+        monkeypatch.setenv("TUNE_SLOW_STOCK", "1")
+    model = "unused" if case == "after-unused" else "net"
+    for first, again in _runs(tmp_path, model, "measured" if case == "racing" else "plan", "wfbp", "0"):
+        if case in ("after", "after-unused", "disabled"):
+            assert first["decision"] == "plan" and first["steps_to_decide"] < 20 and "join()" not in first["reason"]
             assert again["decision"] == "plan" and again["from_memory"]
         else:
-            assert first["decision"] == again["decision"] == "stock" and first["steps_to_decide"] == join_at
-            assert "join() began after 4 steps" in first["reason"] and again["from_memory"] is None
-    if join_at == 4:
+            assert first["steps_to_decide"] == again["steps_to_decide"] == join_at and again["from_memory"] is None
+            assert f"join() began after {join_at} steps" in first["reason"]
+            if case == "calibrating":
+                assert first["decision"] == again["decision"] == "stock"
+            else:  # the first plan won against stock DDP slowed by 200 ms a step; a cap raced it
+                assert first["decision"] == "plan" and first["kept"] == "wfbp" and "measured fastest so far" in first["reason"]
+    if case in ("calibrating", "racing"):
         assert not any(p.is_dir() for p in tmp_path.iterdir())  # nothing remembered
 
 

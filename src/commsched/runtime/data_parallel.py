@@ -24,6 +24,7 @@ import time
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.algorithms.join import JoinHook
 
 from commsched.errors import CommschedError
 from commsched.runtime.collectives import comm_device as _comm_device
@@ -31,6 +32,7 @@ from commsched.runtime.collectives import wait_until as _wait
 from commsched.runtime.ddp_plan import (  # noqa: F401 - the names users and tests import from here
     check_is_plan,
     check_plan_fits,
+    compilable,
     ddp_options,
     express_plan,
     ignored_names,
@@ -113,6 +115,7 @@ class DataParallel(nn.parallel.DistributedDataParallel):
             )
         except RuntimeError as e:  # DDP's own checks (e.g. a module without parameters)
             raise CommschedError(f"rank {rank}: DistributedDataParallel refused the model: {str(e).splitlines()[0]}") from e
+        compilable(self)
         self.plan = plan
         self.expression = expr
         self.timeout_s = float(timeout_s)
@@ -127,29 +130,32 @@ class DataParallel(nn.parallel.DistributedDataParallel):
             cfg = tune if isinstance(tune, TuneConfig) else TuneConfig(timeout_s=float(timeout_s))
             self.tuner = Tuner(self, cfg, ddp_kwargs, find_unused_parameters, group, rank)
 
-    # torch.compile skips this frame, not what it calls: the module's own forward underneath is
-    # compiled as under stock DDP, whose forward Dynamo skips the same way; tracing this one would
-    # inline DDP's reducer calls and the tuner's timing into the graph, which Dynamo cannot trace
-    @torch.compiler.disable(recursive=False)
+    # torch.compile skips this frame and compiles what it calls, as it does with stock DDP's
+    # forward: the module underneath compiles, the tuner's bookkeeping here is not graph code.
+    # (torch._disable_dynamo is torch.compiler.disable without importing Dynamo before a call)
+    @torch._disable_dynamo(recursive=False)
     def forward(self, *inputs, **kwargs):
         """Stock DDP's forward; while tuning (and after it keeps a plan), the forward of the DDP
         the tuner chose for this step, over the same module (:mod:`commsched.runtime.tune`)."""
         if self.tuner is None:
             return super().forward(*inputs, **kwargs)
-        target = self.tuner.route(torch.is_grad_enabled() and self.require_backward_grad_sync)
+        target = self.tuner.route(torch.is_grad_enabled() and self.require_backward_grad_sync, joining=self._join_config.enable)
         if target is None:
             return super().forward(*inputs, **kwargs)
         target.require_backward_grad_sync = self.require_backward_grad_sync  # no_sync() on this wrapper
-        target._join_config = self._join_config  # a Join context over this wrapper: that DDP notifies it
+        # a Join context over this wrapper (model.join(), Join([model, ...])): that DDP takes part in it
+        target._join_config = self._join_config
+        target._divide_by_initial_world_size = getattr(self, "_divide_by_initial_world_size", True)
         return target(*inputs, **kwargs)
 
     def join_hook(self, **kwargs):
-        """Stock DDP's join hook (uneven inputs, ``model.join()`` or ``Join([model, ...])``), of the
-        DDP forwards go to. ``Join`` asks for it as its context begins, on every rank: tuning ends
-        there (:meth:`commsched.runtime.tune.Tuner.end_for_join`), since a rank out of inputs
-        shadows one DDP's collectives until every rank is."""
-        target = self.tuner.end_for_join() if self.tuner is not None else None
-        return target.join_hook(**kwargs) if target is not None else super().join_hook(**kwargs)
+        """Stock DDP's join hook (uneven inputs), shadowing the DDP forwards go to once tuning ends.
+
+        ``Join`` asks every joinable for its hook as it is built, before it knows whether it is
+        enabled; tuning ends only where the context takes effect, at the first forward inside it
+        or, on a rank already out of inputs, its first shadowing of one (:class:`_TunedJoinHook`)."""
+        hook = super().join_hook(**kwargs)  # sets divide_by_initial_world_size on this wrapper
+        return hook if self.tuner is None else _TunedJoinHook(self, kwargs)
 
     @property
     def tuning(self) -> dict | None:
@@ -162,6 +168,27 @@ class DataParallel(nn.parallel.DistributedDataParallel):
         if self.recorder is None:
             raise CommschedError("this DataParallel records nothing: pass record=True")
         return self.recorder.records
+
+
+class _TunedJoinHook(JoinHook):
+    """The join hook of a tuning wrapper: on a rank out of inputs it ends tuning (the other ranks
+    end it in the same step's forward) and shadows the collectives of the DDP forwards go to then,
+    with stock DDP's own hook."""
+
+    def __init__(self, wrapper: DataParallel, kwargs: dict) -> None:
+        self.wrapper, self.kwargs = wrapper, kwargs
+
+    def _ddp_hook(self):
+        tuner = self.wrapper.tuner
+        tuner.end_for_join()
+        target = tuner.active if tuner.active is not None else self.wrapper
+        return nn.parallel.DistributedDataParallel.join_hook(target, **self.kwargs)  # stock DDP's, not the override
+
+    def main_hook(self) -> None:
+        self._ddp_hook().main_hook()
+
+    def post_hook(self, is_last_joiner: bool) -> None:
+        self._ddp_hook().post_hook(is_last_joiner)
 
 
 def _whole_model_plan(module: nn.Module) -> Plan:

@@ -123,6 +123,18 @@ def ddp_options(
     return kwargs
 
 
+def compilable(ddp: nn.parallel.DistributedDataParallel) -> nn.parallel.DistributedDataParallel:
+    """``ddp``, its ``bucket_bytes_cap`` raised to DDP's first bucket (1 MiB) where a plan's caps are
+    all smaller. After construction only Dynamo's DDPOptimizer reads it (the reducer has the plan's
+    caps already): it splits a compiled graph into pieces of that size and asserts that its 1 MiB
+    first piece is no larger, so without this every compile under such a plan's DDP fails, as it
+    does under stock DDP with ``bucket_cap_mb`` below 1."""
+    import torch.distributed as dist
+
+    ddp.bucket_bytes_cap = max(ddp.bucket_bytes_cap, dist._DEFAULT_FIRST_BUCKET_BYTES)
+    return ddp
+
+
 def plan_fingerprint(plan: Plan, params: dict[str, nn.Parameter], module: nn.Module | None = None) -> bytes:
     """The plan's layout with every tensor's shape and dtype, and the model's buffers (which the
     set-up broadcasts: ranks whose buffers differ would fail there, less clearly)."""

@@ -133,11 +133,11 @@ class RecordingGroup(dist.ProcessGroup):
         self._recorder = weakref.ref(recorder)
         self.allreduces = 0  # every all-reduce passed on (recorded or not)
 
-    @torch.compiler.disable
+    @torch._disable_dynamo
     def getBackendName(self) -> str:  # noqa: N802 - the ProcessGroup method's name
         return self.inner.name()
 
-    @torch.compiler.disable
+    @torch._disable_dynamo
     def allreduce(self, tensors, opts=None):
         self.allreduces += 1
         rec = self._recorder()
@@ -152,15 +152,15 @@ class RecordingGroup(dist.ProcessGroup):
         rec.own_s += own + time.perf_counter() - t
         return stamped
 
-    @torch.compiler.disable
+    @torch._disable_dynamo
     def broadcast(self, tensors, opts=None):
         return self.inner.broadcast(tensors, opts if opts is not None else dist.BroadcastOptions())
 
-    @torch.compiler.disable
+    @torch._disable_dynamo
     def allgather(self, output_tensors, input_tensors, opts=None):
         return self.inner.allgather(output_tensors, input_tensors, opts if opts is not None else dist.AllgatherOptions())
 
-    @torch.compiler.disable
+    @torch._disable_dynamo
     def barrier(self, opts=None):
         return self.inner.barrier(opts if opts is not None else dist.BarrierOptions())
 
@@ -246,7 +246,7 @@ class StepRecorder:
             return event
         return time.perf_counter()
 
-    @torch.compiler.disable  # called inside a compiled model's call (the DDP's hooks): never traced
+    @torch._disable_dynamo  # called inside a compiled model's call (the DDP's hooks): never traced
     def _on_forward_start(self, module, _args) -> None:
         t = time.perf_counter()
         self._armed = torch.is_grad_enabled() and module.require_backward_grad_sync
@@ -255,7 +255,7 @@ class StepRecorder:
             self._t0 = self._now()
         self.own_s += time.perf_counter() - t
 
-    @torch.compiler.disable
+    @torch._disable_dynamo
     def _on_forward_end(self, _module, _args, _out) -> None:
         t = time.perf_counter()
         if self._armed:

@@ -79,7 +79,7 @@ from commsched.calibrate.trial import TrialRule, clear_lower, pair_ratios, speed
 from commsched.errors import CommschedError
 from commsched.planners.compare import plan_label, ranked_caps
 from commsched.runtime.collectives import broadcast_bytes, comm_device, gather_text, wait_until
-from commsched.runtime.ddp_plan import check_plan_fits, ddp_options, trainable_parameters, with_unused_parameters
+from commsched.runtime.ddp_plan import check_plan_fits, compilable, ddp_options, trainable_parameters, with_unused_parameters
 
 SCHEMA = "commsched.tune/v1"
 # validate's chain sizes up to 1 MiB (the per-call cost DDP's big buckets hide; the buckets measure
@@ -294,9 +294,12 @@ class Tuner:
 
     # --- what runs each step ---------------------------------------------------------------------
 
-    @torch.compiler.disable  # tuning's own work, called from a compiled model's forward: never traced
-    def route(self, counted: bool) -> nn.Module | None:
-        """The DDP for this forward (None: the wrapper's own); counted steps advance the tuning."""
+    @torch._disable_dynamo  # tuning's own work, called from a compiled model's forward: never traced
+    def route(self, counted: bool, joining: bool = False) -> nn.Module | None:
+        """The DDP for this forward (None: the wrapper's own); counted steps advance the tuning.
+        ``joining``: a ``Join`` context is in effect over the wrapper, which ends tuning (:meth:`end_for_join`)."""
+        if joining:
+            self.end_for_join()
         if not counted or self.phase == "done":
             return self.active
         if not self.backward_seen:  # the last counted forward had no backward: this one is the same step, on its DDP
@@ -319,22 +322,29 @@ class Tuner:
         self.step += 1
         return self.active
 
-    @torch.compiler.disable
-    def end_for_join(self) -> nn.Module | None:
-        """The DDP a ``Join`` context is to shadow (None: the wrapper's own), ending tuning first.
-
-        Called as the context begins, which every rank does at the same step. A rank whose inputs
-        run out shadows one DDP's collectives for the rest of the context, so the DDP in use must
-        stop changing: a decision made stands; before one, stock DDP's default buckets stay, and
-        are not remembered (nothing was measured to the end)."""
-        if self.phase != "done":
-            self._finish(
-                "stock",
-                f"join() began after {self.step} steps, before tuning decided: a rank out of inputs shadows one DDP's collectives, "
-                "so tuning ends with stock DDP's default buckets (not remembered)",
-                remember=False,
-            )
-        return self.active
+    def end_for_join(self) -> None:
+        """End tuning where it is, as a ``Join`` context over uneven inputs takes effect: a rank out
+        of inputs shadows the collectives of one DDP until every rank is, so the DDP in use must
+        stop changing. Every rank calls this at the same step: the first forward inside the
+        context, or a joined rank's first shadowing of it (``DataParallel.join_hook``). A decision
+        made stands; else the plan measured fastest so far against stock DDP's defaults (a race's
+        winner), else stock DDP's default buckets; either is not remembered (no verdict was reached)."""
+        if self.phase == "done":
+            return
+        sync_buffers = self._running().require_forward_param_sync  # handed on, as route does between steps
+        why = f"join() began after {self.step} steps, before tuning decided: a rank out of inputs shadows one DDP's collectives"
+        decision = "stock"
+        if self.incumbent is not None:  # measured faster than stock DDP's defaults in its own trial
+            label = plan_label(self.incumbent)
+            self.summary["measured_speedup"] = next(t["measured_speedup"] for t in reversed(self.trials) if t["plan"] == label)
+            self.plan, self.plan_ddp, decision = self.incumbent, self.incumbent_ddp, "plan"
+            self.active_variant = "none"  # _finish's switch goes to the winner's DDP whatever ran last
+            why += f", so tuning ends with the plan measured fastest so far (not remembered)"
+        else:
+            why += ", so tuning ends with stock DDP's default buckets (not remembered)"
+        self.incumbent = self.incumbent_ddp = None
+        self._finish(decision, why, remember=False)
+        self._running().require_forward_param_sync = sync_buffers
 
     def _running(self) -> nn.Module:
         """The DDP forwards go to: the one in use, else the wrapper itself."""
@@ -556,7 +566,7 @@ class Tuner:
             self.summary["inexact"] = [str(w.message) for w in caught]
             opts.setdefault("find_unused_parameters", self.find_unused)
         kwargs = {k: v for k, v in self.ddp_kwargs.items() if k not in opts}
-        return nn.parallel.DistributedDataParallel(self.module, process_group=self.group, init_sync=False, **kwargs, **opts)
+        return compilable(nn.parallel.DistributedDataParallel(self.module, process_group=self.group, init_sync=False, **kwargs, **opts))
 
     # --- phase 4: the trial ----------------------------------------------------------------------
 
@@ -717,12 +727,13 @@ class Tuner:
         self.decision, self.reason = decision, reason
         self.phase = "done"
         self.decided_at = self.step
+        if self.recorder is not None:  # calibrating still: its own time is the tuner's cost too
+            self.recorder.remove()
+            self.recorder_own_s = self.recorder.own_s
+            self.recorder = None
         if not from_memory and len(self.clock.stamps) > self.cfg.warmup_steps + 1:
             self.summary["cost_s"] = self.cost_s()
             self.summary["cost_budget_s"] = self.budget_s()
-        if self.recorder is not None:
-            self.recorder.remove()
-            self.recorder = None
         for h in self._grad_hooks:
             h.remove()
         self._grad_hooks = []
@@ -735,7 +746,7 @@ class Tuner:
             except OSError as e:  # the memory is optional: training goes on with the decision
                 warnings.warn(f"commsched tune: could not write the decision to {self.entry} ({e}); it is kept for this job only", stacklevel=4)
         if self.rank == 0 and self.cfg.log:
-            where = f" ({self.entry})" if self.entry is not None else ""
+            where = f" ({self.entry})" if self.entry is not None and (remember or from_memory) else ""
             kept = f"{plan_label(self.plan)}'s {len(self.plan.buckets)} buckets" if decision == "plan" and self.plan is not None else "stock DDP's default buckets"
             src = "from memory" if from_memory else f"after {self.step} steps"
             print(f"commsched tune: keeping {kept} {src}: {reason}{where}", file=sys.stderr, flush=True)

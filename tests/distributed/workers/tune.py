@@ -14,7 +14,8 @@ has beside its steps: a micro-batch under ``no_sync()`` before every third step,
 forward under ``no_grad`` after every fourth and one with gradients on and no backward after
 others; DDP with ``gradient_as_bucket_view=True``), TUNE_COMPILE=1 (stock DDP and the tuning wrapper
 each under ``torch.compile``, backend ``aot_eager``: no C++ compiler needed), TUNE_JOIN_AT=N (uneven
-inputs: rank r runs 3 r steps more, inside ``model.join()`` from step N on, stock DDP's too).
+inputs: rank r runs 3 r steps more, inside ``model.join()`` from step N on, stock DDP's too;
+TUNE_JOIN_ENABLE=0: ``model.join(enable=False)``, with even inputs).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ SLOW_STOCK = os.environ.get("TUNE_SLOW_STOCK") == "1"
 ODD_LOOP = os.environ.get("TUNE_ODD_LOOP") == "1"
 COMPILE = os.environ.get("TUNE_COMPILE") == "1"
 JOIN_AT = int(os.environ["TUNE_JOIN_AT"]) if os.environ.get("TUNE_JOIN_AT") else None
+JOIN_ENABLE = os.environ.get("TUNE_JOIN_ENABLE", "1") == "1"  # 0: model.join(enable=False)
 STEPS = 34 if SLOW_FIRST or SLOW_STOCK else 26
 VOCAB, D = 40, 32
 
@@ -123,9 +125,9 @@ def step_loss(model: nn.Module, rank: int, step: int) -> torch.Tensor:
 def train(wrapped: nn.Module, module: nn.Module, rank: int) -> None:
     opt = torch.optim.SGD(module.parameters(), lr=0.05, momentum=0.9)
     joined = contextlib.ExitStack()  # the join context, once it begins, until every rank is out of steps
-    for step in range(STEPS + (3 * rank if JOIN_AT is not None else 0)):
+    for step in range(STEPS + (3 * rank if JOIN_AT is not None and JOIN_ENABLE else 0)):
         if step == JOIN_AT:
-            joined.enter_context(wrapped.join())
+            joined.enter_context(wrapped.join(enable=JOIN_ENABLE))
         opt.zero_grad(set_to_none=True)
         if ODD_LOOP and step % 3 == 0:  # a micro-batch accumulated without an all-reduce
             with wrapped.no_sync():
@@ -217,7 +219,23 @@ def main() -> None:
         slow_stock_ddp()
     unused = MODEL == "unused"
     ddp_kwargs = {"gradient_as_bucket_view": True} if ODD_LOOP else {}
-    compiled = (lambda m: torch.compile(m, backend="aot_eager")) if COMPILE else (lambda m: m)
+    def compiled(m: nn.Module) -> nn.Module:
+        """Under TUNE_COMPILE, ``m`` compiled afresh: Dynamo's cache is keyed by the code, so without
+        a reset a run would reuse the graphs an earlier run compiled under another DDP."""
+        if not COMPILE:
+            return m
+        import torch._dynamo
+
+        torch._dynamo.reset()
+        return torch.compile(m, backend="aot_eager")
+
+    def graphs() -> int:  # graphs Dynamo compiled so far
+        if not COMPILE:
+            return 0
+        from torch._dynamo.utils import counters
+
+        return int(counters["stats"]["unique_graphs"])
+
     ref = make()
     train(compiled(DDP(ref, find_unused_parameters=unused, **ddp_kwargs)), ref, rank)
 
@@ -232,6 +250,7 @@ def main() -> None:
     for _ in range(2):  # the second run is a restart of the same job: from memory
         model = make()
         dp = DataParallel(model, tune=cfg, find_unused_parameters=unused, **ddp_kwargs)
+        before = graphs()
         train(compiled(dp), model, rank)
         rep = dp.tuning
         out["runs"].append({
@@ -250,6 +269,7 @@ def main() -> None:
             "trials": [t["plan"] for t in rep.get("trials", [])],
             "against": [t["against"] for t in rep.get("trials", [])],
             "kept": plan_label(dp.tuner.plan) if rep["decision"] == "plan" else "stock",
+            "graphs_compiled": graphs() - before,
         })
         del dp
     common.emit(out)
