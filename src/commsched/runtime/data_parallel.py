@@ -157,6 +157,22 @@ class DataParallel(nn.parallel.DistributedDataParallel):
         hook = super().join_hook(**kwargs)  # sets divide_by_initial_world_size on this wrapper
         return hook if self.tuner is None else _TunedJoinHook(self, kwargs)
 
+    def __getstate__(self):
+        """What ``copy.deepcopy`` and pickling keep (stock DDP rebuilds its reducer from it on the
+        default process group): this wrapper without its tuner or recorder, with the buckets in use
+        now. After tuning kept a plan those are the plan's (the copy is ``DataParallel(model,
+        plan)``); while tuning runs, stock DDP's defaults. A process group, a tuner's DDPs and its
+        hooks cannot be copied."""
+        attrs = super().__getstate__()
+        attrs["tuner"], attrs["recorder"] = None, None
+        tuner = self.tuner
+        if tuner is not None and tuner.decision == "plan" and tuner.active is not None:
+            src = tuner.active
+            for k in ("_bucket_config", "bucket_bytes_cap", "bucket_bytes_cap_list", "bucket_bytes_cap_default"):
+                attrs[k] = getattr(src, k)
+            attrs["plan"], attrs["expression"] = tuner.plan, None
+        return attrs
+
     @property
     def tuning(self) -> dict | None:
         """What tuning decided and what it cost (None without ``tune``; ``decision`` None while it runs)."""

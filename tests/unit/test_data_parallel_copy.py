@@ -1,0 +1,59 @@
+"""A copy of a DataParallel (copy.deepcopy, pickling) works as stock DDP's does: the wrapper without
+its tuner or recorder, with the buckets in use when it was copied. Before, the tuner's process
+group made every copy of a tuning wrapper fail ("cannot pickle ... ProcessGroup")."""
+
+import copy
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+def _buckets(ddp) -> int:
+    return len(ddp.reducer._get_zeros_like_grad_buckets())
+
+
+def _step(ddp, opt, seed: int) -> None:
+    torch.manual_seed(seed)
+    opt.zero_grad(set_to_none=True)
+    ddp(torch.randn(4, 8)).pow(2).sum().backward()
+    opt.step()
+
+
+def test_a_copy_keeps_the_plan_tuning_kept_and_one_made_while_tuning_is_stock_ddp():
+    from commsched.calibrate.trial import TrialRule
+    from commsched.runtime.data_parallel import DataParallel
+    from commsched.runtime.tune import TuneConfig
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1))
+        cfg = TuneConfig(strategy="wfbp", keep="plan", min_gain=0.0, max_cost=0.9, warmup_steps=2, calibration_steps=3, cache_dir="",
+                         rule=TrialRule(block=1, min_pairs_reject=2, min_pairs_keep=2, max_pairs=4), log=False)
+        dp = DataParallel(model, tune=cfg)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        _step(dp, opt, 0)
+        early = copy.deepcopy(dp)  # while tuning runs: stock DDP's buckets, no tuner
+        assert early.tuner is None and early.recorder is None and early.plan is None
+        step = 1
+        while dp.tuning["phase"] != "done":
+            _step(dp, opt, step)
+            step += 1
+            assert step < 40, dp.tuning
+        assert dp.tuning["kept"] == "wfbp"
+        kept = copy.deepcopy(dp)
+        assert kept.tuner is None and dp.tuner.plan is not None and kept.plan == dp.tuner.plan
+        assert all(torch.equal(a, b) for a, b in zip(kept.module.parameters(), model.parameters()))
+        copy_opt = torch.optim.SGD(kept.module.parameters(), lr=0.01)
+        for s in range(2):  # DDP lays the plan's caps in ready order from the second step on
+            _step(kept, copy_opt, 100 + s)
+            _step(dp, opt, 100 + s)
+        assert _buckets(kept) == _buckets(dp.tuner.active) == len(dp.tuner.plan.buckets) > 1
+        assert all(torch.equal(a, b) for a, b in zip(kept.module.parameters(), model.parameters()))
+        early_opt = torch.optim.SGD(early.module.parameters(), lr=0.01)
+        for s in range(2):
+            _step(early, early_opt, 200 + s)
+        assert _buckets(early) == 1  # stock DDP's defaults: this model fits one bucket
+    finally:
+        dist.destroy_process_group()
