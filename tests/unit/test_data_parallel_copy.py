@@ -37,6 +37,13 @@ def test_a_copy_keeps_the_plan_tuning_kept_and_one_made_while_tuning_is_stock_dd
         early = copy.deepcopy(dp)  # while tuning runs: stock DDP's buckets, no tuner
         assert early.tuner is None and early.recorder is None and early.plan is None
         step = 1
+        while dp.tuning["phase"] != "calibrate":
+            _step(dp, opt, step)
+            step += 1
+        _step(dp, opt, step)
+        step += 1
+        calibrating = copy.deepcopy(dp)  # the tuner's recorder is on the wrapper now: it stays behind
+        assert calibrating.tuner is None and not calibrating._forward_pre_hooks and not calibrating._forward_hooks
         while dp.tuning["phase"] != "done":
             _step(dp, opt, step)
             step += 1
@@ -55,5 +62,28 @@ def test_a_copy_keeps_the_plan_tuning_kept_and_one_made_while_tuning_is_stock_dd
         for s in range(2):
             _step(early, early_opt, 200 + s)
         assert _buckets(early) == 1  # stock DDP's defaults: this model fits one bucket
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_copy_of_a_recording_wrapper_leaves_the_recorder_behind_and_keeps_the_plan():
+    import commsched
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 1))
+        plan = commsched.plan_for(model, (torch.randn(4, 8),), lambda out: out.sum(), strategy="wfbp", iters=2, warmup=1)
+        dp = commsched.DataParallel(model, plan, record=True)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        _step(dp, opt, 0)
+        c = copy.deepcopy(dp)
+        assert c.recorder is None and c.plan == plan and not c._forward_pre_hooks and not c._forward_hooks
+        c_opt = torch.optim.SGD(c.module.parameters(), lr=0.01)
+        for s in range(2):
+            _step(c, c_opt, 10 + s)
+            _step(dp, opt, 10 + s)
+        assert _buckets(c) == len(plan.buckets) > 1 and len(dp.records) == 3
+        assert all(torch.equal(a, b) for a, b in zip(c.module.parameters(), model.parameters()))
     finally:
         dist.destroy_process_group()

@@ -163,8 +163,17 @@ class DataParallel(nn.parallel.DistributedDataParallel):
         now. After tuning kept a plan those are the plan's (the copy is ``DataParallel(model,
         plan)``); while tuning runs, stock DDP's defaults. A process group, a tuner's DDPs and its
         hooks cannot be copied."""
+        from commsched.runtime.record import StepRecorder
+
         attrs = super().__getstate__()
         attrs["tuner"], attrs["recorder"] = None, None
+        attrs.pop("_commsched_recorder", None)  # the recorder attached (ours or the tuner's)
+        # its forward hooks on this wrapper are its bound methods: they stay behind too
+        ours = {k for name in ("_forward_pre_hooks", "_forward_hooks") for k, hook in attrs[name].items()
+                if isinstance(getattr(hook, "__self__", None), StepRecorder)}
+        for name, hooks in list(attrs.items()):
+            if ours and name.startswith("_forward") and isinstance(hooks, dict):
+                attrs[name] = type(hooks)((k, v) for k, v in hooks.items() if k not in ours)
         tuner = self.tuner
         if tuner is not None and tuner.decision == "plan" and tuner.active is not None:
             src = tuner.active
