@@ -177,18 +177,21 @@ def test_a_compiled_model_tunes_and_keeps_stock_ddps_parameters(tmp_path, monkey
         assert first["graphs_compiled"] > 0 and again["graphs_compiled"] > 0
 
 
-@pytest.mark.parametrize("case", ["after", "after-unused", "calibrating", "racing", "disabled"])
+@pytest.mark.parametrize("case", ["after", "after-unused", "calibrating", "out-of-inputs", "racing", "disabled"])
 def test_uneven_inputs_under_join_keep_stock_ddps_parameters_and_end_tuning(tmp_path, monkeypatch, case):
     """TUNE_JOIN_AT: ``model.join()`` over uneven inputs (rank 1 runs 3 steps more). A rank out of
     inputs shadows one DDP's collectives, so tuning ends where the join takes effect: after the
     decision (step 20) the plan kept is the DDP joined (also with find_unused_parameters, whose
     DDPs are built afresh), and a restart joins it from memory; while calibrating (step 4) stock
-    DDP's buckets stay; in a race (step 12, the first plan measured faster than a slowed stock DDP)
+    DDP's buckets stay, also where rank 0 is out of inputs there (its tuner ends as it shadows rank
+    1's first forward in the join); in a race (step 12, the first plan measured faster than a slowed stock DDP)
     the winner so far stays; neither is remembered. ``join(enable=False)`` changes nothing. Without
     this the joined rank shadowed the wrapper's buckets while the other ran the plan's: gloo aborted
     on the mismatch."""
-    join_at = {"after": 20, "after-unused": 20, "calibrating": 4, "racing": 12, "disabled": 4}[case]
+    join_at = {"after": 20, "after-unused": 20, "calibrating": 4, "out-of-inputs": 4, "racing": 12, "disabled": 4}[case]
     monkeypatch.setenv("TUNE_JOIN_AT", str(join_at))
+    if case == "out-of-inputs":
+        monkeypatch.setenv("TUNE_JOIN_SHORT", "1")
     if case == "disabled":
         monkeypatch.setenv("TUNE_JOIN_ENABLE", "0")
     if case == "racing":
@@ -201,11 +204,11 @@ def test_uneven_inputs_under_join_keep_stock_ddps_parameters_and_end_tuning(tmp_
         else:
             assert first["steps_to_decide"] == again["steps_to_decide"] == join_at and again["from_memory"] is None
             assert f"join() began after {join_at} steps" in first["reason"]
-            if case == "calibrating":
+            if case in ("calibrating", "out-of-inputs"):
                 assert first["decision"] == again["decision"] == "stock"
             else:  # the first plan won against stock DDP slowed by 200 ms a step; a cap raced it
                 assert first["decision"] == "plan" and first["kept"] == "wfbp" and "measured fastest so far" in first["reason"]
-    if case in ("calibrating", "racing"):
+    if case in ("calibrating", "out-of-inputs", "racing"):
         assert not any(p.is_dir() for p in tmp_path.iterdir())  # nothing remembered
 
 

@@ -3,6 +3,7 @@ its tuner or recorder, with the buckets in use when it was copied. Before, the t
 group made every copy of a tuning wrapper fail ("cannot pickle ... ProcessGroup")."""
 
 import copy
+import pickle
 
 import torch
 import torch.distributed as dist
@@ -51,6 +52,7 @@ def test_a_copy_keeps_the_plan_tuning_kept_and_one_made_while_tuning_is_stock_dd
         assert dp.tuning["kept"] == "wfbp"
         kept = copy.deepcopy(dp)
         assert kept.tuner is None and dp.tuner.plan is not None and kept.plan == dp.tuner.plan
+        assert pickle.loads(pickle.dumps(dp)).plan == dp.tuner.plan  # pickling too (torch.save of the model)
         assert all(torch.equal(a, b) for a, b in zip(kept.module.parameters(), model.parameters()))
         copy_opt = torch.optim.SGD(kept.module.parameters(), lr=0.01)
         for s in range(2):  # DDP lays the plan's caps in ready order from the second step on
@@ -85,5 +87,28 @@ def test_a_copy_of_a_recording_wrapper_leaves_the_recorder_behind_and_keeps_the_
             _step(dp, opt, 10 + s)
         assert _buckets(c) == len(plan.buckets) > 1 and len(dp.records) == 3
         assert all(torch.equal(a, b) for a, b in zip(c.module.parameters(), model.parameters()))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_copy_with_static_graph_made_after_a_step_lays_the_plans_buckets():
+    """Stock DDP's own copy of a static-graph DDP that has trained never queues its first
+    iteration's delayed all-reduces (it copies the flag saying they were), and its buckets stay
+    those of definition order: the wrapper's copy starts afresh."""
+    import commsched
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1))
+        plan = commsched.plan_for(model, (torch.randn(4, 8),), lambda out: out.sum(), strategy="wfbp", iters=2, warmup=1)
+        dp = commsched.DataParallel(model, plan, static_graph=True)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        _step(dp, opt, 0)
+        c = copy.deepcopy(dp)
+        c_opt = torch.optim.SGD(c.module.parameters(), lr=0.01)
+        for s in range(3):
+            _step(c, c_opt, 10 + s)
+        assert _buckets(c) == len(plan.buckets) > 1
     finally:
         dist.destroy_process_group()

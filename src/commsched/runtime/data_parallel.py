@@ -151,23 +151,28 @@ class DataParallel(nn.parallel.DistributedDataParallel):
     def join_hook(self, **kwargs):
         """Stock DDP's join hook (uneven inputs), shadowing the DDP forwards go to once tuning ends.
 
-        ``Join`` asks every joinable for its hook as it is built, before it knows whether it is
-        enabled; tuning ends only where the context takes effect, at the first forward inside it
-        or, on a rank already out of inputs, its first shadowing of one (:class:`_TunedJoinHook`)."""
+        ``Join`` asks every joinable for its hook as it is built, whether enabled or not, so tuning
+        does not end here: it ends at the first forward after an enabled ``Join`` over this wrapper
+        was built (``Join`` enables it then and never disables it), or, on a rank out of inputs
+        before that forward, at its first shadowing of one or the context's end
+        (:class:`_TunedJoinHook`)."""
         hook = super().join_hook(**kwargs)  # sets divide_by_initial_world_size on this wrapper
         return hook if self.tuner is None else _TunedJoinHook(self, kwargs)
 
     def __getstate__(self):
         """What ``copy.deepcopy`` and pickling keep (stock DDP rebuilds its reducer from it on the
-        default process group): this wrapper without its tuner or recorder, with the buckets in use
-        now. After tuning kept a plan those are the plan's (the copy is ``DataParallel(model,
-        plan)``); while tuning runs, stock DDP's defaults. A process group, a tuner's DDPs and its
-        hooks cannot be copied."""
+        default process group, the only one it copies): this wrapper without its tuner or
+        recorder, with the buckets in use now. After tuning kept a plan those are the plan's (the
+        copy is ``DataParallel(model, plan)``); while tuning runs, stock DDP's defaults. A process
+        group, a tuner's DDPs and its hooks cannot be copied."""
         from commsched.runtime.record import StepRecorder
 
         attrs = super().__getstate__()
         attrs["tuner"], attrs["recorder"] = None, None
         attrs.pop("_commsched_recorder", None)  # the recorder attached (ours or the tuner's)
+        # with static_graph the copy's new reducer delays its first iteration's all-reduces as the
+        # original's did; stock DDP copies the flag that says they were queued, and they never are
+        attrs["_static_graph_delay_allreduce_enqueued"] = False
         # its forward hooks on this wrapper are its bound methods: they stay behind too
         ours = {k for name in ("_forward_pre_hooks", "_forward_hooks") for k, hook in attrs[name].items()
                 if isinstance(getattr(hook, "__self__", None), StepRecorder)}

@@ -125,10 +125,12 @@ def ddp_options(
 
 def compilable(ddp: nn.parallel.DistributedDataParallel) -> nn.parallel.DistributedDataParallel:
     """``ddp``, its ``bucket_bytes_cap`` raised to DDP's first bucket (1 MiB) where a plan's caps are
-    all smaller. After construction only Dynamo's DDPOptimizer reads it (the reducer has the plan's
-    caps already): it splits a compiled graph into pieces of that size and asserts that its 1 MiB
-    first piece is no larger, so without this every compile under such a plan's DDP fails, as it
-    does under stock DDP with ``bucket_cap_mb`` below 1."""
+    all smaller. Dynamo's DDPOptimizer splits a compiled graph into pieces of that size and asserts
+    that its 1 MiB first piece is no larger, so without this every compile under such a plan's DDP
+    fails, as it does under stock DDP with ``bucket_cap_mb`` below 1. The buckets do not change:
+    the reducer has the plan's per-bucket caps (``bucket_cap_mb_list``), which also decide a
+    copy's rebuilt reducer; DDP's logging (``_get_ddp_logging_data``) and the attribute itself
+    report the raised value."""
     import torch.distributed as dist
 
     ddp.bucket_bytes_cap = max(ddp.bucket_bytes_cap, dist._DEFAULT_FIRST_BUCKET_BYTES)

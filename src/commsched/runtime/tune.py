@@ -323,10 +323,11 @@ class Tuner:
         return self.active
 
     def end_for_join(self) -> None:
-        """End tuning where it is, as a ``Join`` context over uneven inputs takes effect: a rank out
-        of inputs shadows the collectives of one DDP until every rank is, so the DDP in use must
-        stop changing. Every rank calls this at the same step: the first forward inside the
-        context, or a joined rank's first shadowing of it (``DataParallel.join_hook``). A decision
+        """End tuning where it is, once an enabled ``Join`` over the wrapper (uneven inputs) exists:
+        a rank out of inputs shadows the collectives of one DDP until every rank is, so the DDP in
+        use must stop changing. Every rank calls this at the same step: its first forward after the
+        ``Join`` was built, or, out of inputs before it, its first shadowing of one or the context's
+        end (``DataParallel.join_hook``). A decision
         made stands; else the plan measured fastest so far against stock DDP's defaults (a race's
         winner), else stock DDP's default buckets; either is not remembered (no verdict was reached)."""
         if self.phase == "done":

@@ -15,7 +15,8 @@ forward under ``no_grad`` after every fourth and one with gradients on and no ba
 others; DDP with ``gradient_as_bucket_view=True``), TUNE_COMPILE=1 (stock DDP and the tuning wrapper
 each under ``torch.compile``, backend ``aot_eager``: no C++ compiler needed), TUNE_JOIN_AT=N (uneven
 inputs: rank r runs 3 r steps more, inside ``model.join()`` from step N on, stock DDP's too;
-TUNE_JOIN_ENABLE=0: ``model.join(enable=False)``, with even inputs).
+TUNE_JOIN_ENABLE=0: ``model.join(enable=False)``, with even inputs; TUNE_JOIN_SHORT=1: rank 0 runs
+N steps only, its join context empty, shadowing the others' from its start).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ ODD_LOOP = os.environ.get("TUNE_ODD_LOOP") == "1"
 COMPILE = os.environ.get("TUNE_COMPILE") == "1"
 JOIN_AT = int(os.environ["TUNE_JOIN_AT"]) if os.environ.get("TUNE_JOIN_AT") else None
 JOIN_ENABLE = os.environ.get("TUNE_JOIN_ENABLE", "1") == "1"  # 0: model.join(enable=False)
+JOIN_SHORT = os.environ.get("TUNE_JOIN_SHORT") == "1"  # rank 0 is out of inputs as the join begins
 STEPS = 34 if SLOW_FIRST or SLOW_STOCK else 26
 VOCAB, D = 40, 32
 
@@ -125,7 +127,10 @@ def step_loss(model: nn.Module, rank: int, step: int) -> torch.Tensor:
 def train(wrapped: nn.Module, module: nn.Module, rank: int) -> None:
     opt = torch.optim.SGD(module.parameters(), lr=0.05, momentum=0.9)
     joined = contextlib.ExitStack()  # the join context, once it begins, until every rank is out of steps
-    for step in range(STEPS + (3 * rank if JOIN_AT is not None and JOIN_ENABLE else 0)):
+    steps = STEPS + (3 * rank if JOIN_AT is not None and JOIN_ENABLE else 0)
+    if JOIN_SHORT and rank == 0:
+        steps = JOIN_AT
+    for step in range(steps):
         if step == JOIN_AT:
             joined.enter_context(wrapped.join(enable=JOIN_ENABLE))
         opt.zero_grad(set_to_none=True)
@@ -142,6 +147,8 @@ def train(wrapped: nn.Module, module: nn.Module, rank: int) -> None:
             else:
                 step_loss(wrapped, rank, 20_000 + step)
             module.train()
+    if JOIN_AT is not None and JOIN_AT >= steps:  # out of inputs before the join: an empty context
+        joined.enter_context(wrapped.join(enable=JOIN_ENABLE))
     joined.close()
 
 
