@@ -335,6 +335,8 @@ class Tuner:
         sync_buffers = self._running().require_forward_param_sync  # handed on, as route does between steps
         why = f"join() began after {self.step} steps, before tuning decided: a rank out of inputs shadows one DDP's collectives"
         decision = "stock"
+        if self.phase == "trial":  # the trial in progress has no verdict: its record says why
+            self.last_speedup, self.last_why = None, "ended by join() before its verdict"
         if self.incumbent is not None:  # measured faster than stock DDP's defaults in its own trial
             label = plan_label(self.incumbent)
             self.summary["measured_speedup"] = next(t["measured_speedup"] for t in reversed(self.trials) if t["plan"] == label)
