@@ -82,12 +82,16 @@ def test_a_rank_that_dies_while_tuning_is_a_clear_error_on_the_others(tmp_path, 
 
 
 @pytest.mark.cuda
-def test_on_nccl_tuning_keeps_the_gradients_and_decides(tmp_path, monkeypatch):
+@pytest.mark.parametrize("compiled", [False, True])
+def test_on_nccl_tuning_keeps_the_gradients_and_decides(tmp_path, monkeypatch, compiled):
     """The same path on NCCL (make gpu-check): CUDA events time the steps, probes and broadcasts go
-    through the GPU; one rank per GPU (one rank where there is one GPU)."""
+    through the GPU; one rank per GPU (one rank where there is one GPU); also under
+    ``torch.compile`` (TUNE_COMPILE, backend ``aot_eager``)."""
     import torch
 
     monkeypatch.setenv("TUNE_CUDA", "1")
+    if compiled:
+        monkeypatch.setenv("TUNE_COMPILE", "1")
     world = min(2, torch.cuda.device_count())
     docs = results(run_workers("tune.py", ["tied", "plan", "wfbp", str(tmp_path)], world=world, timeout_s=300))
     for doc in docs:
