@@ -38,6 +38,9 @@ def factories(tmp_path, monkeypatch):
 
         def pair():
             return nn.Linear(8, 2), torch.randn(4, 8)
+
+        def keywords():  # a Hugging Face-style model's inputs, by keyword
+            return nn.Linear(8, 2), {"input_ids": torch.randn(4, 8), "attention_mask": torch.ones(4, 8)}, lambda out: out.sum()
     '''))
     (tmp_path / "brokenfactories.py").write_text("raise RuntimeError('the module itself fails')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -58,6 +61,7 @@ def test_a_factory_without_a_batch_size_is_built_at_its_own(factories):
     ("userfactories:needs_depth", ["model factory 'userfactories:needs_depth' failed", "TypeError", "depth"]),
     ("brokenfactories:f", ["importing 'brokenfactories'", "RuntimeError: the module itself fails", "brokenfactories.py:1"]),
     ("userfactories:pair", ["must return (model, example_inputs, loss_fn), got a tuple of 2 items"]),
+    ("userfactories:keywords", ["example inputs by keyword (input_ids, attention_mask)", "positionally"]),
 ])
 def test_a_factory_that_fails_is_one_line_naming_it(factories, spec, words):
     with pytest.raises(CommschedError) as e:

@@ -103,6 +103,11 @@ def build(spec: str, batch_size: int, image_size: int | None = None) -> Built:
         raise CommschedError(f"{spec!r} returned a model that is not an nn.Module: {type(model).__name__}")
     if isinstance(inputs, torch.Tensor):
         inputs = (inputs,)
+    if isinstance(inputs, dict):  # keyword inputs (input_ids=..., attention_mask=...)
+        raise CommschedError(
+            f"{spec!r} returned example inputs by keyword ({', '.join(map(str, inputs))}): give them positionally, as a "
+            "tuple, e.g. with a module around the model whose forward takes them in that order"
+        )
     if not isinstance(inputs, (tuple, list)):
         raise CommschedError(f"{spec!r} returned example inputs that are neither a tensor nor a tuple: {type(inputs).__name__}")
     if not callable(loss_fn):
