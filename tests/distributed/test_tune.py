@@ -184,14 +184,14 @@ def test_a_compiled_model_tunes_and_keeps_stock_ddps_parameters(tmp_path, monkey
 @pytest.mark.parametrize("case", ["after", "after-unused", "calibrating", "out-of-inputs", "racing", "disabled"])
 def test_uneven_inputs_under_join_keep_stock_ddps_parameters_and_end_tuning(tmp_path, monkeypatch, case):
     """TUNE_JOIN_AT: ``model.join()`` over uneven inputs (rank 1 runs 3 steps more). A rank out of
-    inputs shadows one DDP's collectives, so tuning ends where the join takes effect: after the
-    decision (step 20) the plan kept is the DDP joined (also with find_unused_parameters, whose
+    inputs shadows one DDP's collectives, so tuning ends at the first forward in the join: after
+    the decision (step 20) the plan kept is the DDP joined (also with find_unused_parameters, whose
     DDPs are built afresh), and a restart joins it from memory; while calibrating (step 4) stock
     DDP's buckets stay, also where rank 0 is out of inputs there (its tuner ends as it shadows rank
-    1's first forward in the join); in a race (step 12, the first plan measured faster than a slowed stock DDP)
-    the winner so far stays; neither is remembered. ``join(enable=False)`` changes nothing. Without
-    this the joined rank shadowed the wrapper's buckets while the other ran the plan's: gloo aborted
-    on the mismatch."""
+    1's first forward in the join); in a race (step 12, the first plan measured faster than a
+    slowed stock DDP) the winner so far stays; neither is remembered. ``join(enable=False)``
+    changes nothing. Without this the joined rank shadowed the wrapper's buckets while the other
+    ran the plan's: gloo aborted on the mismatch."""
     join_at = {"after": 20, "after-unused": 20, "calibrating": 4, "out-of-inputs": 4, "racing": 12, "disabled": 4}[case]
     monkeypatch.setenv("TUNE_JOIN_AT", str(join_at))
     if case == "out-of-inputs":

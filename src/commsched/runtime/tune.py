@@ -327,9 +327,9 @@ class Tuner:
         a rank out of inputs shadows the collectives of one DDP until every rank is, so the DDP in
         use must stop changing. Every rank calls this at the same step: its first forward after the
         ``Join`` was built, or, out of inputs before it, its first shadowing of one or the context's
-        end (``DataParallel.join_hook``). A decision
-        made stands; else the plan measured fastest so far against stock DDP's defaults (a race's
-        winner), else stock DDP's default buckets; either is not remembered (no verdict was reached)."""
+        end (``DataParallel.join_hook``). A decision made stands; else the plan measured fastest so
+        far against stock DDP's defaults (a race's winner), else stock DDP's default buckets; either
+        is not remembered (no verdict was reached)."""
         if self.phase == "done":
             return
         sync_buffers = self._running().require_forward_param_sync  # handed on, as route does between steps
@@ -342,7 +342,7 @@ class Tuner:
             self.summary["measured_speedup"] = next(t["measured_speedup"] for t in reversed(self.trials) if t["plan"] == label)
             self.plan, self.plan_ddp, decision = self.incumbent, self.incumbent_ddp, "plan"
             self.active_variant = "none"  # _finish's switch goes to the winner's DDP whatever ran last
-            why += f", so tuning ends with the plan measured fastest so far (not remembered)"
+            why += ", so tuning ends with the plan measured fastest so far (not remembered)"
         else:
             why += ", so tuning ends with stock DDP's default buckets (not remembered)"
         self.incumbent = self.incumbent_ddp = None

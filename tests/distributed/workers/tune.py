@@ -226,6 +226,7 @@ def main() -> None:
         slow_stock_ddp()
     unused = MODEL == "unused"
     ddp_kwargs = {"gradient_as_bucket_view": True} if ODD_LOOP else {}
+
     def compiled(m: nn.Module) -> nn.Module:
         """Under TUNE_COMPILE, ``m`` compiled afresh: Dynamo's cache is keyed by the code, so without
         a reset a run would reuse the graphs an earlier run compiled under another DDP."""
