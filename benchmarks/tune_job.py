@@ -1,7 +1,8 @@
 """One training job per variant, N steps each, on every rank (run under torchrun or commsched emulate
 by ``benchmarks/tune_emulated.py``): stock DDP's defaults, ``commsched.DataParallel(tune=True)``, and
 stock DDP with ``bucket_cap_mb`` in {1, 5, 10, 25, 50, 100} (the hand sweep); for the cost of tuning itself also ``untuned`` (the wrapper, not tuning) and
-``recorded`` (stock DDP recorded over steps 2-10, as tuning records it). Each variant trains a
+``recorded`` (stock DDP recorded over steps 2-10, as tuning records it); with ``--compile``,
+``split1`` (stock DDP's buckets, the compiled graph split at 1 MiB). Each variant trains a
 fresh copy of the model (seeded: the same weights) with SGD on the factory's inputs; the variants run
 in a random order per repeat (the same on every rank). Rank 0 writes the totals, every step's time
 (forward to forward) and the tuner's report as JSON to --out.
@@ -37,6 +38,7 @@ def main() -> None:
     ap.add_argument("--find-unused", action="store_true")
     ap.add_argument("--tune-strategy", default="optimal", help="the strategy tuning tries (wfbp: a plan that loses, for the cost of a rejection)")
     ap.add_argument("--tune-min-gain", type=float, default=None, help="TuneConfig.min_gain (0: try the plan even where predicted slower)")
+    ap.add_argument("--compile", default=None, metavar="BACKEND", help="torch.compile every variant's DDP with this backend (inductor, aot_eager)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
 
@@ -67,9 +69,18 @@ def main() -> None:
                     ddp = DataParallel(model, tune=cfg, find_unused_parameters=args.find_unused)
                 elif v == "recorded":  # stock DDP with a StepRecorder over steps 2-10, then removed (what tuning records)
                     ddp = DDP(model, find_unused_parameters=args.find_unused)
+                elif v == "split1":  # stock DDP's buckets; under --compile, Dynamo's graph split at 1 MiB (it reads bucket_bytes_cap)
+                    ddp = DDP(model, find_unused_parameters=args.find_unused)
+                    ddp.bucket_bytes_cap = 1 << 20
                 else:
                     ddp = DDP(model, bucket_cap_mb=float(v[3:]), find_unused_parameters=args.find_unused)
                 recorder = None
+                net = ddp
+                if args.compile:  # each variant compiles afresh: Dynamo's cache would carry the last one's graphs
+                    import torch._dynamo
+
+                    torch._dynamo.reset()
+                    net = torch.compile(ddp, backend=args.compile)
                 opt = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9)
                 stamps = []
                 dist.barrier()
@@ -84,7 +95,7 @@ def main() -> None:
                         recorder = None
                     stamps.append(time.perf_counter())
                     opt.zero_grad(set_to_none=True)
-                    built.loss_fn(ddp(*built.inputs)).backward()
+                    built.loss_fn(net(*built.inputs)).backward()
                     opt.step()
                 dist.barrier()
                 total = time.perf_counter() - t0
@@ -95,9 +106,9 @@ def main() -> None:
                     tuning.append(ddp.tuning)
                 if rank == 0:
                     print(f"repeat {rep} {v}: {total:.2f} s", file=sys.stderr, flush=True)
-                del ddp, model, built, opt
+                del ddp, net, model, built, opt
         if rank == 0:
-            doc = {"model": args.model, "batch_size": args.batch_size, "image_size": args.image_size, "steps": args.steps,
+            doc = {"model": args.model, "batch_size": args.batch_size, "image_size": args.image_size, "steps": args.steps, "compile": args.compile,
                    "world_size": dist.get_world_size(), "totals_s": totals, "steps_s": steps_s, "tuning": tuning}
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             Path(args.out).write_text(json.dumps(doc))
