@@ -77,9 +77,9 @@ def main() -> None:
                 recorder = None
                 net = ddp
                 if args.compile:  # each variant compiles afresh: Dynamo's cache would carry the last one's graphs
-                    import torch._dynamo
+                    from torch._dynamo import reset as reset_dynamo
 
-                    torch._dynamo.reset()
+                    reset_dynamo()
                     net = torch.compile(ddp, backend=args.compile)
                 opt = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9)
                 stamps = []
