@@ -176,9 +176,10 @@ class DataParallel(nn.parallel.DistributedDataParallel):
         # its forward hooks on this wrapper are its bound methods: they stay behind too
         ours = {k for name in ("_forward_pre_hooks", "_forward_hooks") for k, hook in attrs[name].items()
                 if isinstance(getattr(hook, "__self__", None), StepRecorder)}
-        for name, hooks in list(attrs.items()):
-            if ours and name.startswith("_forward") and isinstance(hooks, dict):
-                attrs[name] = type(hooks)((k, v) for k, v in hooks.items() if k not in ours)
+        if ours:
+            for name, hooks in list(attrs.items()):
+                if name.startswith("_forward") and isinstance(hooks, dict):
+                    attrs[name] = type(hooks)((k, v) for k, v in hooks.items() if k not in ours)
         tuner = self.tuner
         if tuner is not None and tuner.decision == "plan" and tuner.active is not None:
             src = tuner.active

@@ -338,10 +338,7 @@ class Tuner:
         if self.phase == "trial":  # the trial in progress has no verdict: its record says why
             self.last_speedup, self.last_why = None, "ended by join() before its verdict"
         if self.incumbent is not None:  # measured faster than stock DDP's defaults in its own trial
-            label = plan_label(self.incumbent)
-            self.summary["measured_speedup"] = next(t["measured_speedup"] for t in reversed(self.trials) if t["plan"] == label)
-            self.plan, self.plan_ddp, decision = self.incumbent, self.incumbent_ddp, "plan"
-            self.active_variant = "none"  # _finish's switch goes to the winner's DDP whatever ran last
+            decision = self._keep_incumbent()
             why += ", so tuning ends with the plan measured fastest so far (not remembered)"
         else:
             why += ", so tuning ends with stock DDP's default buckets (not remembered)"
@@ -656,13 +653,19 @@ class Tuner:
         if self.trials:  # every trial in order, each in its own words
             why = "; then ".join([*(f"{t['plan']}: {t['why']}" for t in self.trials), f"{plan_label(self.plan)}: {why}"])
         if self.incumbent is not None and keep == "stock":  # the last cap did not beat the winner: the winner stays
-            label = plan_label(self.incumbent)
-            self.summary["measured_speedup"] = next(t["measured_speedup"] for t in reversed(self.trials) if t["plan"] == label)
-            self.plan, self.plan_ddp, keep = self.incumbent, self.incumbent_ddp, "plan"
-            self.active_variant = "none"  # _finish's switch goes to the winner's DDP whatever ran last
+            keep = self._keep_incumbent()
         self.incumbent = self.incumbent_ddp = None
         self._finish(keep, why)
         return True
+
+    def _keep_incumbent(self) -> str:
+        """Make the plan measured best so far (the race's winner) the plan kept, with its DDP and
+        its own trial's speedup; the decision ("plan") for :meth:`_finish`."""
+        label = plan_label(self.incumbent)
+        self.summary["measured_speedup"] = next(t["measured_speedup"] for t in reversed(self.trials) if t["plan"] == label)
+        self.plan, self.plan_ddp = self.incumbent, self.incumbent_ddp
+        self.active_variant = "none"  # _finish's switch goes to the winner's DDP whatever ran last
+        return "plan"
 
     def _start_next_trial(self, doc: dict, won: bool) -> None:
         """A trial has its verdict and a cap is left to race: remember the trial, make the winner so
