@@ -42,6 +42,7 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
 
+    from commsched.models.inputs import call_with
     from commsched.models.source import build
     from commsched.runtime.data_parallel import DataParallel
     from commsched.runtime.lifecycle import process_group
@@ -95,7 +96,7 @@ def main() -> None:
                         recorder = None
                     stamps.append(time.perf_counter())
                     opt.zero_grad(set_to_none=True)
-                    built.loss_fn(net(*built.inputs)).backward()
+                    built.loss_fn(call_with(net, built.inputs)).backward()
                     opt.step()
                 dist.barrier()
                 total = time.perf_counter() - t0

@@ -57,6 +57,7 @@ def main() -> None:
     ap.add_argument("--only-caps", action="store_true", help="time the cap with and without bucket views only (no floor)")
     args = ap.parse_args()
 
+    from commsched.models.inputs import call_with
     from commsched.models.source import build
     from commsched.runtime.lifecycle import process_group
 
@@ -95,7 +96,7 @@ def main() -> None:
                 return 0.0, t, 0.0, t
             net, opt, stamp = trainers[kind]
             opt.zero_grad(set_to_none=True)
-            built.loss_fn(net(*built.inputs)).backward()
+            built.loss_fn(call_with(net, built.inputs)).backward()
             t1 = time.perf_counter()
             opt.step()
             t2 = time.perf_counter()

@@ -7,6 +7,8 @@ from torch import nn
 
 
 class TinyTiedLM(nn.Module):
+    """Its forward takes its inputs by keyword, as Hugging Face models do."""
+
     def __init__(self, vocab: int = 64, width: int = 32) -> None:
         super().__init__()
         self.emb = nn.Embedding(vocab, width)
@@ -14,13 +16,18 @@ class TinyTiedLM(nn.Module):
         self.head = nn.Linear(width, vocab, bias=False)
         self.head.weight = self.emb.weight
 
-    def forward(self, tokens):
-        return self.head(torch.tanh(self.mix(self.emb(tokens))))
+    def forward(self, input_ids, attention_mask=None):
+        h = self.emb(input_ids)
+        if attention_mask is not None:
+            h = h * attention_mask.unsqueeze(-1)
+        return self.head(torch.tanh(self.mix(h)))
 
 
 def tiny_tied_lm(batch_size: int = 4):
+    """Example inputs by keyword (a dict), with a padding mask."""
     tokens = torch.randint(0, 64, (batch_size, 9), generator=torch.Generator().manual_seed(0))
-    return TinyTiedLM(), tokens[:, :-1], lambda out: nn.functional.cross_entropy(out.reshape(-1, 64), tokens[:, 1:].reshape(-1))
+    inputs = {"input_ids": tokens[:, :-1], "attention_mask": torch.ones(batch_size, 8)}
+    return TinyTiedLM(), inputs, lambda out: nn.functional.cross_entropy(out.reshape(-1, 64), tokens[:, 1:].reshape(-1))
 
 
 def not_a_triple():

@@ -158,6 +158,7 @@ def test_chains_time_all_reduces_per_call_as_ddp_launches_them():
 
 
 def test_validate_takes_a_model_by_import_path(tmp_path):
+    """A factory's model whose example inputs are by keyword (a dict, as Hugging Face models take them)."""
     out = tmp_path / "v"
     r = subprocess.run(
         [

@@ -271,9 +271,11 @@ def test_bad_arguments_are_errors(kwargs, match):
         measure_profile(mlp(), (torch.randn(4, 32),), **kwargs)
 
 
-def test_inputs_must_be_a_tuple_and_model_must_train():
-    with pytest.raises(CommschedError, match="tuple"):
-        measure_profile(mlp(), torch.randn(4, 32))
+def test_inputs_must_be_tensors_a_tuple_or_keywords_and_model_must_train():
+    with pytest.raises(CommschedError, match="a tensor, a tuple of positional inputs or a dict of keyword inputs, got int"):
+        measure_profile(mlp(), 4)
+    with pytest.raises(CommschedError, match="need names"):
+        measure_profile(mlp(), {1: torch.randn(4, 32)})
     frozen = mlp().requires_grad_(False)
     with pytest.raises(CommschedError, match="no trainable parameters"):
         measure_profile(frozen, (torch.randn(4, 32),))

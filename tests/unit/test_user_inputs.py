@@ -1,6 +1,7 @@
 """What a user hands commsched by mistake is a one-line error naming it: a factory that raises, a
 plan that lists a tensor twice, a path where a plan goes, a cluster of the wrong type, an output
-folder that cannot be written; and a factory that takes no batch size is run at its own."""
+folder that cannot be written; a factory that takes no batch size is run at its own, and one whose
+inputs are by keyword (a dict) is run with them by keyword."""
 
 from __future__ import annotations
 
@@ -39,8 +40,26 @@ def factories(tmp_path, monkeypatch):
         def pair():
             return nn.Linear(8, 2), torch.randn(4, 8)
 
-        def keywords():  # a Hugging Face-style model's inputs, by keyword
-            return nn.Linear(8, 2), {"input_ids": torch.randn(4, 8), "attention_mask": torch.ones(4, 8)}, lambda out: out.sum()
+        class Masked(nn.Module):  # takes its inputs by keyword, as Hugging Face models do
+            def __init__(self):
+                super().__init__()
+                self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 2)
+
+            def forward(self, input_ids, attention_mask):
+                return self.b(torch.relu(self.a(input_ids * attention_mask)))
+
+        def keywords(batch_size):
+            inputs = {"input_ids": torch.randn(batch_size, 8), "attention_mask": torch.ones(batch_size, 8)}
+            return Masked(), inputs, lambda out: out.sum()
+
+        def keywords_own_batch():
+            return Masked(), {"attention_mask": torch.ones(3, 8), "input_ids": torch.randn(3, 8)}, lambda out: out.sum()
+
+        def numbered_keys():
+            return nn.Linear(8, 2), {0: torch.randn(4, 8)}, lambda out: out.sum()
+
+        def a_number():
+            return nn.Linear(8, 2), 4, lambda out: out.sum()
     '''))
     (tmp_path / "brokenfactories.py").write_text("raise RuntimeError('the module itself fails')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -61,13 +80,35 @@ def test_a_factory_without_a_batch_size_is_built_at_its_own(factories):
     ("userfactories:needs_depth", ["model factory 'userfactories:needs_depth' failed", "TypeError", "depth"]),
     ("brokenfactories:f", ["importing 'brokenfactories'", "RuntimeError: the module itself fails", "brokenfactories.py:1"]),
     ("userfactories:pair", ["must return (model, example_inputs, loss_fn), got a tuple of 2 items"]),
-    ("userfactories:keywords", ["example inputs by keyword (input_ids, attention_mask)", "positionally"]),
+    ("userfactories:numbered_keys", ["the example inputs 'userfactories:numbered_keys' returned by keyword need names (strings) as keys, got 0"]),
+    ("userfactories:a_number", ["the example inputs 'userfactories:a_number' returned must be a tensor, a tuple of positional inputs or a dict of keyword inputs, got int"]),
 ])
 def test_a_factory_that_fails_is_one_line_naming_it(factories, spec, words):
     with pytest.raises(CommschedError) as e:
         build(spec, 8)
     assert all(w in str(e.value) for w in words), str(e.value)
     assert "\n" not in str(e.value)
+
+
+def test_inputs_by_keyword_are_profiled_and_planned_as_positional_ones_are(factories):
+    """A factory's dict of inputs reaches the model's forward by keyword: the batch is read from the
+    first tensor in the dict, and measuring, the inventory and plan_for run the model on it."""
+    from commsched.models.inventory import inventory
+    from commsched.profile.measure import measure_profile
+
+    built = build("userfactories:keywords", 6)
+    assert isinstance(built.inputs, dict) and built.batch_size == 6
+    assert build("userfactories:keywords_own_batch", 64).batch_size == 3
+    profile = measure_profile(built.model, built.inputs, built.loss_fn, warmup=0, iters=1)
+    assert profile.batch_size == 6 and set(profile.names) == {"a.weight", "a.bias", "b.weight", "b.bias"}
+    inv = inventory(built.model, built.inputs, built.loss_fn)
+    assert inv.batch_size == 6 and len(inv.tensors) == 4 and sum(t.forward_flops for t in inv.tensors) > 0
+    plan = commsched.plan_for(built.model, built.inputs, built.loss_fn, iters=1, warmup=0)
+    assert sorted(n for b in plan.buckets for n in b.tensors) == sorted(profile.names)
+    # a tensor alone is one positional input, as before
+    assert measure_profile(nn.Linear(8, 2), torch.randn(5, 8), warmup=0, iters=1).batch_size == 5
+    with pytest.raises(CommschedError, match="example_inputs must be a tensor, a tuple of positional inputs or a dict of keyword inputs, got str"):
+        measure_profile(nn.Linear(8, 2), "tokens")
 
 
 def test_a_plan_that_lists_a_tensor_twice_is_refused(tmp_path):

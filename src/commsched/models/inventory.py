@@ -39,6 +39,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from commsched.errors import CommschedError
+from commsched.models.inputs import Inputs, as_inputs, batch_of, call_with
 from commsched.models.inventory_types import GradTensor, KernelWork, ModelInventory
 
 __all__ = ["GradTensor", "KernelRecorder", "KernelWork", "ModelInventory", "flop_counter", "inventory", "sum_of_means"]
@@ -303,7 +304,7 @@ def _trainable_parameters(module: nn.Module) -> list[tuple[str, nn.Parameter]]:
 
 def inventory(
     module: nn.Module,
-    example_inputs: tuple,
+    example_inputs: Inputs,
     loss_fn: Callable[[object], torch.Tensor] | None = None,
     name: str = "model",
 ) -> ModelInventory:
@@ -335,10 +336,7 @@ def inventory(
     """
     if not isinstance(module, nn.Module):
         raise CommschedError(f"inventory needs a torch.nn.Module, got {type(module).__name__}")
-    if not isinstance(example_inputs, tuple):
-        raise CommschedError(
-            f"example_inputs must be a tuple of positional inputs, got {type(example_inputs).__name__}"
-        )
+    example_inputs = as_inputs(example_inputs)
     batch_size = _batch_size(example_inputs)
     params = _trainable_parameters(module)
     if not params:
@@ -365,7 +363,7 @@ def inventory(
         with torch.enable_grad():
             # One pass: the counter sees only the forward; backward runs after it is closed.
             with counter, recorder, _attention_as_one_kernel(recorder):
-                output = module(*example_inputs)
+                output = call_with(module, example_inputs)
             total_flops = counter.get_total_flops()
             loss = loss_fn(output)
             if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
@@ -407,11 +405,11 @@ def _kernels_or_none(recorder: KernelRecorder, total_flops: int) -> tuple[Kernel
     return kernels if sum(k.flops for k in kernels) == total_flops else ()
 
 
-def _batch_size(example_inputs: tuple) -> int:
-    for x in example_inputs:
-        if isinstance(x, torch.Tensor) and x.dim() > 0:
-            return int(x.shape[0])
-    raise CommschedError("example_inputs holds no tensor with a batch dimension")
+def _batch_size(example_inputs: Inputs) -> int:
+    batch = batch_of(example_inputs)
+    if batch is None:
+        raise CommschedError("example_inputs holds no tensor with a batch dimension")
+    return batch
 
 
 def _attribute(

@@ -1,8 +1,8 @@
 """A model to train by name: a zoo model, or the user's own given as an import path.
 
 ``package.module:factory`` names a function that returns ``(model, example_inputs, loss_fn)``: an
-``nn.Module``, the positional inputs of one forward (a tensor or a tuple of them) and a function from
-the model's output to a scalar loss. The factory is called with ``batch_size`` and ``image_size``
+``nn.Module``, the inputs of one forward (a tensor or a tuple of them, positional, or a dict of them
+by keyword: :mod:`commsched.models.inputs`) and a function from the model's output to a scalar loss. The factory is called with ``batch_size`` and ``image_size``
 where its signature takes them (by those names), so one factory serves any batch; one that takes no
 ``batch_size`` makes its own, read from its first input tensor (``Built.batch_size``). It is
 imported and called on every rank, after seeding torch's generator with 0, so every rank builds the
@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from commsched.errors import CommschedError
+from commsched.models.inputs import Inputs, as_inputs, batch_of
 
 
 def is_import_path(spec: str) -> bool:
@@ -36,7 +37,7 @@ class Built:
     the batch its first input tensor holds, no image size)."""
 
     model: nn.Module
-    inputs: tuple
+    inputs: Inputs
     loss_fn: Callable[[object], torch.Tensor]
     batch_size: int | None = None
     image_size: int | None = None
@@ -101,27 +102,18 @@ def build(spec: str, batch_size: int, image_size: int | None = None) -> Built:
     model, inputs, loss_fn = got
     if not isinstance(model, nn.Module):
         raise CommschedError(f"{spec!r} returned a model that is not an nn.Module: {type(model).__name__}")
-    if isinstance(inputs, torch.Tensor):
-        inputs = (inputs,)
-    if isinstance(inputs, dict):  # keyword inputs (input_ids=..., attention_mask=...)
-        raise CommschedError(
-            f"{spec!r} returned example inputs by keyword ({', '.join(map(str, inputs))}): give them positionally, as a "
-            "tuple, e.g. with a module around the model whose forward takes them in that order"
-        )
-    if not isinstance(inputs, (tuple, list)):
-        raise CommschedError(f"{spec!r} returned example inputs that are neither a tensor nor a tuple: {type(inputs).__name__}")
+    inputs = as_inputs(inputs, f"the example inputs {spec!r} returned")
     if not callable(loss_fn):
         raise CommschedError(f"{spec!r} returned a loss_fn that is not callable: {type(loss_fn).__name__}")
     if "batch_size" in kwargs:
         batch = batch_size
     else:  # the factory's own batch: its first input tensor's leading dimension
-        first = next((t for t in inputs if isinstance(t, torch.Tensor) and t.dim() > 0), None)
-        batch = int(first.shape[0]) if first is not None else None
-    return Built(model, tuple(inputs), loss_fn, batch, kwargs.get("image_size"))
+        batch = batch_of(inputs)
+    return Built(model, inputs, loss_fn, batch, kwargs.get("image_size"))
 
 
 @contextmanager
-def runs_on(spec: str, inputs: tuple) -> Iterator[None]:
+def runs_on(spec: str, inputs: Inputs) -> Iterator[None]:
     """A zoo model's input errors named (:func:`commsched.models.zoo.runs_on`); an import path's own
     errors pass through with the path named."""
     if not is_import_path(spec):

@@ -1059,9 +1059,10 @@ def profile_trace_file(
 # --- the model's parameters (torch) ----------------------------------------------------------------
 
 
-def module_params(module: Any, example_inputs: tuple, loss_fn: Any = None, name: str = "model") -> tuple[ParamShape, ...]:
+def module_params(module: Any, example_inputs: Any, loss_fn: Any = None, name: str = "model") -> tuple[ParamShape, ...]:
     """``module``'s gradient tensors in the order a real backward makes them ready (one step of
-    :func:`commsched.models.inventory.inventory`), with shapes from ``named_parameters``."""
+    :func:`commsched.models.inventory.inventory` on ``example_inputs``, positional or by keyword),
+    with shapes from ``named_parameters``."""
     from commsched.models.inventory import inventory
 
     inv = inventory(module, example_inputs, loss_fn=loss_fn, name=name)

@@ -25,6 +25,7 @@ from torch import nn
 
 from commsched.errors import CommschedError
 from commsched.report.progress import progress as progress_bar
+from commsched.models.inputs import Inputs, as_inputs, batch_of, call_with
 from commsched.models.inventory import remove_all, restored_state, sum_of_means
 from commsched.types import ModelProfile, TensorSpec
 
@@ -81,11 +82,11 @@ def _check_count(what: str, value: int, minimum: int) -> int:
     return value
 
 
-def _infer_batch_size(example_inputs: tuple) -> int:
-    for x in example_inputs:
-        if isinstance(x, torch.Tensor) and x.dim() > 0:
-            return int(x.shape[0])
-    raise CommschedError("example_inputs holds no tensor with a batch dimension; pass batch_size")
+def _infer_batch_size(example_inputs: Inputs) -> int:
+    batch = batch_of(example_inputs)
+    if batch is None:
+        raise CommschedError("example_inputs holds no tensor with a batch dimension; pass batch_size")
+    return batch
 
 
 def _device_of(params: list[tuple[str, nn.Parameter]]) -> torch.device:
@@ -100,7 +101,7 @@ def _device_of(params: list[tuple[str, nn.Parameter]]) -> torch.device:
 
 def measure_profile(
     module: nn.Module,
-    example_inputs: tuple,
+    example_inputs: Inputs,
     loss_fn: Callable[[object], torch.Tensor] | None = None,
     *,
     name: str = "model",
@@ -114,7 +115,7 @@ def measure_profile(
     """Measure ``module``'s forward time and per-tensor backward times over real training steps.
 
     Runs ``warmup`` un-timed then ``iters`` timed steps of forward, ``loss_fn(output)`` (default
-    :func:`~commsched.models.inventory.sum_of_means`) and backward on ``example_inputs``, with the
+    :func:`~commsched.models.inventory.sum_of_means`) and backward on ``example_inputs`` (positional: a tuple or a tensor; by keyword: a dict), with the
     module in training mode and every ``.grad`` set to None before each step. There is no optimizer
     step, so parameters never change; afterwards the per-module train/eval flags, the buffers
     (BatchNorm running statistics) and the parameters' previous ``.grad`` are restored, and the
@@ -153,10 +154,7 @@ def measure_profile(
     """
     if not isinstance(module, nn.Module):
         raise CommschedError(f"measure_profile needs a torch.nn.Module, got {type(module).__name__}")
-    if not isinstance(example_inputs, tuple):
-        raise CommschedError(
-            f"example_inputs must be a tuple of positional inputs, got {type(example_inputs).__name__}"
-        )
+    example_inputs = as_inputs(example_inputs)
     _check_count("warmup", warmup, 0)
     _check_count("iters", iters, 1)
     if batch_size is None:
@@ -209,7 +207,7 @@ def measure_profile(
                 log.clear()
                 with torch.enable_grad():
                     start = clock.mark()
-                    loss = loss_fn(module(*example_inputs))
+                    loss = loss_fn(call_with(module, example_inputs))
                     if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.requires_grad:
                         raise CommschedError(
                             f"loss_fn must return a scalar tensor that requires grad for {name!r}, "

@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from commsched.cost.cluster import ClusterSpec
 from commsched.errors import CommschedError
+from commsched.models.inputs import Inputs
 from commsched.formats.specs import cluster_from_spec
 from commsched.planners import DDP, MIN_GAIN_OVER_DDP, make_plan, planner, planner_for
 from commsched.sim.semantics import NCCL, Semantics
@@ -27,7 +28,7 @@ from commsched.types import Plan
 
 def plan_for(
     model: nn.Module,
-    example_inputs: tuple,
+    example_inputs: Inputs,
     loss_fn: Callable[[object], torch.Tensor] | None = None,
     *,
     cluster: ClusterSpec | str = "v100-10gbe",
@@ -38,7 +39,8 @@ def plan_for(
     semantics: Semantics | None = None,
     min_gain: float = MIN_GAIN_OVER_DDP,
 ) -> Plan:
-    """Measure ``model``'s profile here and plan it for ``cluster`` (a ClusterSpec, preset or file)
+    """Measure ``model``'s profile here (training steps on ``example_inputs``: a tuple or a tensor,
+    positional, or a dict, by keyword) and plan it for ``cluster`` (a ClusterSpec, preset or file)
     and ``semantics`` (default: gloo's threads in a gloo process group, else NCCL's serial run).
 
     In an initialised process group only rank 0 measures and plans, and every rank receives rank 0's

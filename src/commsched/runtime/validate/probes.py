@@ -29,6 +29,7 @@ from commsched.calibrate.cost_table import GAIN_SIZES, LONG_MESSAGE_MAX_BYTES, M
 from commsched.calibrate.launch import mid_pass_planner
 from commsched.cost.models import Table
 from commsched.errors import CommschedError
+from commsched.models.inputs import Inputs, call_with
 from commsched.planners import WFBP, SyncEASGD, make_plan
 from commsched.runtime.bench_comm import CommSamples
 from commsched.sim.semantics import GLOO_DEFAULT_THREADS
@@ -196,7 +197,7 @@ def release_grads(module: nn.Module) -> None:
         p.grad = None
 
 
-def activation_bytes(model: nn.Module, inputs: tuple, loss_fn) -> int:
+def activation_bytes(model: nn.Module, inputs: Inputs, loss_fn) -> int:
     """Bytes one forward pass of ``model`` on ``inputs`` keeps for its backward pass: the tensors
     autograd saves, each storage once, the parameters left out (they are counted as model copies)."""
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
@@ -212,7 +213,7 @@ def activation_bytes(model: nn.Module, inputs: tuple, loss_fn) -> int:
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss = loss_fn(model(*inputs))
+        loss = loss_fn(call_with(model, inputs))
     del loss
     return sum(saved.values())
 
@@ -256,7 +257,7 @@ class LaunchSteps:
     launched while compute had work left). ``model`` is used as it is (give it a
     :meth:`SharedWeights.module`); the gradients are freed after each pass."""
 
-    def __init__(self, order: ModelProfile, model: nn.Module, inputs: tuple, loss_fn, planner=None) -> None:
+    def __init__(self, order: ModelProfile, model: nn.Module, inputs: Inputs, loss_fn, planner=None) -> None:
         from commsched.runtime.data_parallel import ddp_options
 
         self.model = model
@@ -274,7 +275,7 @@ class LaunchSteps:
         self.stamps.ready.clear()
         dist.barrier()  # before the forward, as in training
         t0 = time.perf_counter()
-        self.loss_fn(self.ddp(*self.inputs)).backward()
+        self.loss_fn(call_with(self.ddp, self.inputs)).backward()
         done = time.perf_counter()
         release_grads(self.model)
         mine = (*self.stamps.since(t0), done - t0)
@@ -312,7 +313,7 @@ class Probe:
     """
 
     def __init__(
-        self, model: nn.Module, inputs: tuple, loss_fn, cost: Table, max_bytes: int, launches: tuple[LaunchSteps, ...] = ()
+        self, model: nn.Module, inputs: Inputs, loss_fn, cost: Table, max_bytes: int, launches: tuple[LaunchSteps, ...] = ()
     ) -> None:
         self.model, self.inputs, self.loss_fn = model, inputs, loss_fn
         self.launches = launches
@@ -337,7 +338,7 @@ class Probe:
         # an all-reduce at c = 0.09 against 0.31 before the rounds, and its plans 5-11% short
         # (BENCHMARKS.md)
         self.model.zero_grad(set_to_none=True)
-        return self.loss_fn(self.model(*self.inputs))
+        return self.loss_fn(call_with(self.model, self.inputs))
 
     def _backward(self, loss: torch.Tensor) -> float:
         t0 = time.perf_counter()
@@ -430,7 +431,7 @@ class ProfileStepRunner:
     are scaled to the light steps' length (:meth:`take_light`; :class:`commsched.calibrate.ProfileSteps`).
     ``shared`` gives the model and the optimizer's momentum; the gradients are freed after each step."""
 
-    def __init__(self, order: ModelProfile, shared: SharedWeights, inputs: tuple, loss_fn) -> None:
+    def __init__(self, order: ModelProfile, shared: SharedWeights, inputs: Inputs, loss_fn) -> None:
         from commsched.runtime.data_parallel import ddp_options
         from commsched.runtime.record import StepRecorder
 
@@ -446,7 +447,7 @@ class ProfileStepRunner:
 
     def step(self, keep: bool) -> None:
         self.opt.zero_grad(set_to_none=True)
-        self.loss_fn(self.ddp(*self.inputs)).backward()
+        self.loss_fn(call_with(self.ddp, self.inputs)).backward()
         t0 = time.perf_counter()
         self.opt.step()
         optimizer_s = time.perf_counter() - t0
@@ -465,7 +466,7 @@ class ProfileStepRunner:
             self.opt.zero_grad(set_to_none=True)
             self.stamps.ready.clear()
             t0 = time.perf_counter()
-            self.loss_fn(self.ddp(*self.inputs)).backward()
+            self.loss_fn(call_with(self.ddp, self.inputs)).backward()
             self.opt.step()
         finally:
             self.recorder.resume()
@@ -495,7 +496,7 @@ class Variant:
     resnet152's 240 MB here, 8-16% of its step). The DDP is made without collectives
     (``init_sync=False``): every rank's shared weights are the same."""
 
-    def __init__(self, plan: Plan | None, shared: SharedWeights, inputs: tuple, loss_fn) -> None:
+    def __init__(self, plan: Plan | None, shared: SharedWeights, inputs: Inputs, loss_fn) -> None:
         from commsched.runtime.data_parallel import ddp_options
 
         self.plan = plan
@@ -520,7 +521,7 @@ class Variant:
             raise CommschedError("Variant.step outside a turn (Variant.start first)")
         t0 = time.perf_counter()
         self.opt.zero_grad(set_to_none=True)
-        self.loss_fn(self.ddp(*self.inputs)).backward()
+        self.loss_fn(call_with(self.ddp, self.inputs)).backward()
         self.opt.step()
         return time.perf_counter() - t0
 

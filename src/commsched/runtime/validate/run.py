@@ -78,6 +78,7 @@ from commsched.calibrate.semantics_fit import measured_semantics
 from commsched.calibrate.stats import STOCK
 from commsched.cost.cluster import ClusterSpec
 from commsched.errors import CommschedError
+from commsched.models.inputs import Inputs
 from commsched.planners import make_plan, planner_for
 from commsched.report.outputs import write_validate_files
 from commsched.runtime.validate import memory
@@ -109,7 +110,7 @@ class Job:
     backend: str
     threads: int
     say: Callable[[str], None]
-    inputs: tuple
+    inputs: Inputs
     loss_fn: Callable
     base: torch.nn.Module
     shared: SharedWeights | None = None
@@ -245,6 +246,7 @@ def memory_phase(job: Job) -> None:
     the activations of a forward pass of two samples (scaled to the batch; a factory's model: of its
     own inputs), and refuse, on every rank alike, a run whose ranks need more than their machine
     has available, before the inputs are made. The numbers go in the report's ``memory``."""
+    from commsched.models.inputs import tensors
     from commsched.models.source import is_import_path, runs_on
 
     cfg = job.cfg
@@ -261,7 +263,7 @@ def memory_phase(job: Job) -> None:
         sample = example_input(cfg.model, few, cfg.image_size)
     with runs_on(cfg.model, sample):
         act = activation_bytes(job.base, sample, job.loss_fn)
-    per_sample = (act + sum(t.numel() * t.element_size() for t in sample if isinstance(t, torch.Tensor))) / few
+    per_sample = (act + sum(t.numel() * t.element_size() for t in tensors(sample))) / few
     est = memory.estimate(param_bytes, gradient_bytes, int(per_sample * cfg.batch_size), len(cfg.strategies) + 1)
     machines = memory.machines_of(gather((memory.machine_id(), memory.available_bytes())))
     held = memory.rss_bytes()

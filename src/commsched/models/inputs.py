@@ -1,0 +1,55 @@
+"""One forward's example inputs, as the model takes them: positionally (a tuple, or one tensor) or
+by keyword (a dict of names to values, as Hugging Face models take ``input_ids=...,
+attention_mask=...``).
+
+Every place that runs a user's model on its example inputs (profiling, the inventory, ``plan_for``,
+``validate``) calls it through :func:`call_with`, so both kinds work alike; the batch is read from the
+first tensor with a batch dimension, positional or keyword in the dict's order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from commsched.errors import CommschedError
+
+Inputs = tuple | dict[str, Any]
+
+
+def as_inputs(inputs: object, what: str = "example_inputs") -> Inputs:
+    """``inputs`` as a tuple (a tensor or a list becomes one) or a dict of keyword inputs; anything
+    else, or a dict whose keys are not strings, is an error naming ``what`` and the type found."""
+    if isinstance(inputs, torch.Tensor):
+        return (inputs,)
+    if isinstance(inputs, (tuple, list)):
+        return tuple(inputs)
+    if isinstance(inputs, Mapping):
+        bad = [k for k in inputs if not isinstance(k, str)]
+        if bad:
+            raise CommschedError(f"{what} by keyword need names (strings) as keys, got {bad[0]!r}")
+        return dict(inputs)
+    raise CommschedError(
+        f"{what} must be a tensor, a tuple of positional inputs or a dict of keyword inputs, got {type(inputs).__name__}"
+    )
+
+
+def call_with(module: nn.Module, inputs: Inputs) -> Any:
+    """``module`` called on ``inputs``: ``module(**inputs)`` for a dict, else ``module(*inputs)``."""
+    if isinstance(inputs, dict):
+        return module(**inputs)
+    return module(*inputs)
+
+
+def tensors(inputs: Inputs) -> Iterator[torch.Tensor]:
+    """The tensors among ``inputs``, in order (a dict's in its order); other values are skipped."""
+    values = inputs.values() if isinstance(inputs, dict) else inputs
+    return (x for x in values if isinstance(x, torch.Tensor))
+
+
+def batch_of(inputs: Inputs) -> int | None:
+    """The leading dimension of the first tensor in ``inputs`` that has one, else None."""
+    return next((int(x.shape[0]) for x in tensors(inputs) if x.dim() > 0), None)
