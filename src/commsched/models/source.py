@@ -2,9 +2,10 @@
 
 ``package.module:factory`` names a function that returns ``(model, example_inputs, loss_fn)``: an
 ``nn.Module``, the inputs of one forward (a tensor or a tuple of them, positional, or a dict of them
-by keyword: :mod:`commsched.models.inputs`) and a function from the model's output to a scalar loss. The factory is called with ``batch_size`` and ``image_size``
-where its signature takes them (by those names), so one factory serves any batch; one that takes no
-``batch_size`` makes its own, read from its first input tensor (``Built.batch_size``). It is
+by keyword: :mod:`commsched.models.inputs`) and a function from the model's output to a scalar
+loss. The factory is called with ``batch_size`` and ``image_size`` where its signature takes them
+(by those names), so one factory serves any batch; one that takes no ``batch_size`` makes its own,
+read from its first input tensor (``Built.batch_size``). It is
 imported and called on every rank, after seeding torch's generator with 0, so every rank builds the
 same model. An error raised while importing or calling it is a one-line error naming the factory,
 the exception and where it was raised.
