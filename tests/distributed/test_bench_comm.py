@@ -127,6 +127,24 @@ def test_fit_cluster_prefers_piecewise_on_piecewise_data():
     assert "gloo" in cluster.source and "4 ranks" in cluster.source
 
 
+def test_a_fit_that_describes_the_samples_poorly_is_said_so():
+    """Good data: no warning. Times that do not grow with the size (noise on a loaded machine, sizes
+    up to 1 MiB only) fit a cost no dearer at 1 MiB than at 4 B, far off at some sizes: both are said."""
+    from commsched.cli.bench import _comm_summary
+
+    true = Piecewise(5e-6, 2e-4, 1e-9, 1e-4, 65_536)
+    sizes = list(default_sizes(64 << 20))
+    assert fit_cluster(_samples([true.time_s(s) for s in sizes], sizes))[1]["warnings"] == []
+    sizes = list(default_sizes(1 << 20))
+    noisy = [3.7e-4 if i % 3 else 2.6e-3 for i in range(len(sizes) - 1)] + [1.0e-3]
+    samples = _samples(noisy, sizes)
+    cluster, report = fit_cluster(samples)
+    words = " | ".join(report["warnings"])
+    assert "time does not grow from 4 B to 1 MiB" in words and "off at some measured size" in words, words
+    assert cluster.allreduce.time_s(1 << 20) <= cluster.allreduce.time_s(4)
+    assert _comm_summary(samples, report).count("\nwarning: ") == 2
+
+
 def test_fit_cluster_falls_back_to_alpha_beta_with_few_sizes():
     cluster, report = fit_cluster(_samples([1e-4, 2e-4, 4e-4], [4, 1 << 20, 2 << 20]))
     assert report["chosen"] == "alpha_beta" and isinstance(cluster.allreduce, AlphaBeta)

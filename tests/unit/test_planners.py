@@ -204,6 +204,13 @@ def test_the_recommendation_keeps_stock_ddp_only_with_a_min_gain():
     alone = compare(prof, v100, [planner("horovod")], min_gain=0.03)
     assert alone.recommended.strategy == "ddp" and set(alone.rows) == {"horovod", "ddp"}  # stock DDP shown
     assert [b.tensors for b in alone.result("ddp").plan.buckets] == [b.tensors for b in make_plan(planner("ddp"), prof, v100.allreduce).buckets]
+    # a listed ddp of other caps (--bucket-mb 5) is not stock DDP: what is kept is the defaults, by another name
+    from commsched.planners import DDP
+
+    capped = compare(prof, v100, [DDP(cap_bytes=5 * 2**20, first_bucket_bytes=5 * 2**20), planner("horovod")], min_gain=0.03)
+    assert capped.recommended.strategy == "ddp-defaults" and capped.recommended.stock_kept
+    assert set(capped.rows) == {"ddp", "horovod", "ddp-defaults"}
+    assert capped.result("ddp-defaults").plan == capped.stock.plan != capped.result("ddp").plan
     rs = preset("rs-2xv100s-pcie")
     res = [planner(n) for n in ("rs-heuristic", "rs-grid", "ddp")]
     fastest = compare(prof, rs, res)
@@ -212,16 +219,19 @@ def test_the_recommendation_keeps_stock_ddp_only_with_a_min_gain():
     assert kept.best == fastest.best and kept.recommended.strategy == "ddp" and kept.results[fastest.best].speedup_vs_ddp > 1.0
 
 
-@given(st.dictionaries(st.sampled_from(["a", "b", "c", "ddp"]), st.floats(1e-3, 10.0), min_size=1), st.floats(1e-3, 10.0), st.floats(0.0, 0.5))
-def test_recommend_is_the_fastest_unless_it_misses_the_min_gain(times, stock_s, gain):
+@given(st.dictionaries(st.sampled_from(["a", "b", "c", "ddp"]), st.floats(1e-3, 10.0), min_size=1), st.floats(1e-3, 10.0), st.floats(0.0, 0.5), st.booleans())
+def test_recommend_is_the_fastest_unless_it_misses_the_min_gain(times, stock_s, gain, ddp_is_stock):
     """The rule's definition: the fastest, or stock DDP's buckets when a min gain G is asked, the
-    fastest's iteration is above (1 - G) x stock's and it is not stock DDP itself."""
+    fastest's iteration is above (1 - G) x stock's and it is not stock DDP itself; they are named
+    "ddp" unless a listed "ddp" is other buckets."""
     from commsched.planners.compare import fastest, recommend
 
-    stock = ("ddp",) if "ddp" in times else ()
+    stock = ("ddp",) if "ddp" in times and ddp_is_stock else ()
     rec = recommend(times, stock, stock_s, gain)
     best = fastest(times)
     if best in stock or not gain or times[best] <= stock_s * (1 - gain):
         assert rec.strategy == best and not rec.stock_kept
+        assert ("slower" in rec.reason) == (best not in stock and not gain and stock_s / times[best] - 1.0 < 0)
     else:
-        assert rec.strategy == "ddp" and rec.stock_kept and f"{gain:.1%}" in rec.reason
+        name = "ddp-defaults" if "ddp" in times and not ddp_is_stock else "ddp"
+        assert rec.strategy == name and rec.stock_kept and f"{gain:.1%}" in rec.reason

@@ -109,6 +109,7 @@ def _comm_summary(samples, report: dict) -> str:
     else:
         lines.append(f"piecewise:  not fitted ({pw_json.get('error', 'unknown reason')})")
     lines.append(f"chosen: {report['chosen']} (by {report['criterion']})")
+    lines.extend(f"warning: {w}" for w in report.get("warnings", ()))
     return "\n".join(lines)
 
 

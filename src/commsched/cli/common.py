@@ -25,7 +25,7 @@ DEFAULT_DEVICE = "V100"
 _MIN_GAIN_RULE = (
     "is stock DDP's default buckets unless a plan "
     "is predicted at least this fraction faster than them: its iteration at most (1 - G) times theirs "
-    "(default 0.03: the prediction error measured on the emulated cluster; 0: the fastest plan). "
+    "(default 0.03: the prediction error measured on the emulated cluster; 0: the fastest listed, even one predicted slower). "
     "The optimal row is always the optimum."
 )
 MIN_GAIN_HELP = "The recommendation (what to run, and the plan written) " + _MIN_GAIN_RULE

@@ -20,7 +20,7 @@ from commsched.errors import CommschedError
 )
 @click.option("--min-gain", type=float, default=None, help=MIN_GAIN_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print {strategies, best, recommended} as one JSON document on stdout (best: the fastest; recommended: what to run).")
-@click.option("--out", "out_dir", default=None, help="Directory for plan.json, ddp_options.json, trace.json, gantt.png (default out/).")
+@click.option("--out", "out_dir", default=None, help="Directory for plan.json (the recommended plan), ddp_options.json, trace.json, gantt.png, report-data.json and report.html (default out/).")
 def plan(
     profile_paths, models, batch_size, device, image_size, efficiency, dtype, cluster_spec, strategies, bucket_mb,
     horovod_threshold_mb, horovod_cycle_ms, workers, algorithm, runtime_spec, min_gain, as_json, out_dir,
@@ -31,7 +31,7 @@ def plan(
     from commsched.planners import MIN_GAIN_OVER_DDP
     from commsched.planners.compare import compare
     from commsched.planners.optimal import check_min_gain
-    from commsched.report.outputs import write_plan_files
+    from commsched.report.outputs import PLAN_FILES, write_plan_files
 
     if len(profile_paths) + len(models) > 1:
         raise CommschedError("plan takes one model: give either one --profile or one --model")
@@ -66,7 +66,7 @@ def plan(
     else:
         _print_comparison(cmp)
     if out is not None:
-        click.echo(f"recommended: {rec.strategy}; wrote {out}/plan.json, {out}/ddp_options.json, {out}/trace.json, {out}/gantt.png, {out}/report.html", err=True)
+        click.echo(f"recommended: {rec.strategy}; wrote " + ", ".join(f"{out}/{name}" for name in PLAN_FILES), err=True)
 
 
 def _print_comparison(cmp) -> None:

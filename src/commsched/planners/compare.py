@@ -26,6 +26,8 @@ from commsched.sim.semantics import NCCL, Semantics
 from commsched.types import ModelProfile, Plan, Timeline
 
 STOCK = "ddp"  # the name stock DDP's default buckets go by when they are recommended
+# their name when the listed "ddp" is not them (``--bucket-mb``'s caps): the two must not be confused
+STOCK_DEFAULTS = "ddp-defaults"
 
 
 @dataclass(frozen=True)
@@ -65,20 +67,26 @@ def recommend(iteration_s: dict[str, float], stock: Sequence[str], stock_s: floa
     (:func:`fastest`), unless ``min_gain`` > 0 and it is predicted less than that fraction faster
     than stock DDP's default buckets (``stock_s``):
     then stock DDP's buckets, named by the first of ``stock`` (the strategies whose plan is exactly
-    them) or ``"ddp"``. A strategy "clears" the gain when its iteration is at most (1 - G) x stock's."""
+    them), else ``"ddp"``, else, where a listed ``"ddp"`` is other buckets (its own caps),
+    ``"ddp-defaults"``. A strategy "clears" the gain when its iteration is at most (1 - G) x stock's.
+    With ``min_gain`` 0 the fastest listed is recommended even where predicted slower than stock
+    DDP's buckets, and the reason says so."""
     check_min_gain(min_gain)
     best = fastest(iteration_s, buckets)
     gain = stock_s / iteration_s[best] - 1.0
     if best in stock:
         return Recommendation(best, f"{best} is stock DDP's default buckets and the fastest predicted", False)
     if not min_gain:
-        return Recommendation(best, f"the fastest predicted: {gain:+.1%} over stock DDP's default buckets", False)
+        against = "over" if gain >= 0 else "against"
+        slower = "" if gain >= 0 else " (slower: --min-gain 0 recommends the fastest listed, whatever it gains)"
+        return Recommendation(best, f"the fastest predicted: {gain:+.1%} {against} stock DDP's default buckets{slower}", False)
     if iteration_s[best] <= stock_s * (1.0 - min_gain):
         return Recommendation(best, f"predicted {gain:+.1%} over stock DDP's default buckets, clearing the min gain of {min_gain:.1%}", False)
-    name = stock[0] if stock else STOCK
+    name = stock[0] if stock else (STOCK if STOCK not in iteration_s else STOCK_DEFAULTS)
+    predicted = f"only {gain:+.1%} faster" if gain >= 0 else f"{-gain:.1%} slower"
     return Recommendation(
         name,
-        f"stock DDP's default buckets: the fastest plan ({best}) is predicted only {gain:+.1%} faster, under the "
+        f"stock DDP's default buckets: the fastest plan ({best}) is predicted {predicted}, under the "
         f"min gain of {min_gain:.1%} (the prediction's measured error; --min-gain 0 recommends the fastest)",
         True,
     )
@@ -121,15 +129,19 @@ class Comparison:
 
     @property
     def rows(self) -> dict[str, StrategyResult]:
-        """The listed strategies, and stock DDP's default buckets as ``"ddp"`` when they are
-        recommended without being listed: what a table of the comparison shows."""
+        """The listed strategies, and stock DDP's default buckets (as ``"ddp"``, or ``"ddp-defaults"``
+        beside a listed ``"ddp"`` of other caps) when they are recommended without being listed: what
+        a table of the comparison shows."""
         rec = self.recommended.strategy
         if rec in self.results or self.stock is None:
             return dict(self.results)
         return {**self.results, rec: self.stock}
 
     def result(self, name: str) -> StrategyResult:
-        """A strategy's result; ``"ddp"`` is stock DDP's default buckets even when not listed."""
+        """A strategy's result; ``"ddp"`` is stock DDP's default buckets when not listed, and
+        ``"ddp-defaults"`` always."""
+        if name == STOCK_DEFAULTS and self.stock is not None:
+            return self.stock
         if name in self.results:
             return self.results[name]
         if name == STOCK and self.stock is not None:

@@ -162,6 +162,7 @@ from commsched.cost.models import Table
 from commsched.cost.fit import nondecreasing_points
 from commsched.errors import CommschedError
 from commsched.formats.io import parse_json, read_bytes
+from commsched.report.trace import PRODUCER as PREDICTED_TRACE
 from commsched.types import MAX_BYTES, MAX_SECONDS, ModelProfile, TensorSpec, shown
 
 __all__ = [
@@ -555,6 +556,12 @@ def parse_trace(doc: object, where: str = "trace") -> ParsedTrace:
     """
     _check_chrome_trace(doc, where)
     assert isinstance(doc, dict)
+    other = doc.get("otherData")
+    if isinstance(other, dict) and other.get("producer") == PREDICTED_TRACE:
+        raise CommschedError(
+            f"{where} is a timeline commsched predicted (the trace.json `plan` writes), not a trace of a job: "
+            "record a few steps of your own job with torch.profiler (docs/cli.md, profile)"
+        )
     events, flows = _events(doc, where)
     steps = [e for e in events if e.name.startswith(STEP_PREFIX) and e.cat in HOST_CATEGORIES]
     if not steps:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from commsched.sim.semantics import Semantics
     from commsched.types import ModelProfile, Plan
 
-PLAN_FILES = ("plan.json", "ddp_options.json", "trace.json", "gantt.png", "report.html")
+PLAN_FILES = ("plan.json", "ddp_options.json", "trace.json", "gantt.png", "report-data.json", "report.html")
 
 
 def write_plan_files(cmp: Comparison, out: str | Path) -> Path:

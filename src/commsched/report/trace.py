@@ -1,13 +1,15 @@
 """Chrome trace-event JSON of a timeline; loads in Perfetto (ui.perfetto.dev) and chrome://tracing.
 
 Format: the Trace Event Format's complete events (``"ph": "X"``, microsecond ``ts``/``dur``) on one
-process, with the compute stream on thread 0 and the all-reduce stream on thread 1.
+process, with the compute stream on thread 0 and the all-reduce stream on thread 1, and
+``otherData.producer`` naming it a prediction (a job's trace is what ``profile --from-trace`` reads).
 """
 
 from __future__ import annotations
 
 from commsched.types import Timeline
 
+PRODUCER = "commsched predicted timeline"
 _THREAD = {"forward": 0, "backward": 0, "optimizer": 0, "allreduce": 1}
 _THREAD_NAMES = {0: "compute", 1: "all-reduce"}
 
@@ -33,4 +35,5 @@ def chrome_trace(timelines: dict[str, Timeline]) -> dict:
                     "args": args,
                 }
             )
-    return {"traceEvents": events, "displayTimeUnit": "ms"}
+    # otherData (the format's free metadata) says whose trace this is: `profile --from-trace` refuses it
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"producer": PRODUCER}}

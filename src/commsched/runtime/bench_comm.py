@@ -265,6 +265,30 @@ def _fit_json(report: FitReport) -> dict:
     return {"allreduce": report.model.to_json(), "nondecreasing": report.model.nondecreasing, **report.to_json()}
 
 
+# a chosen fit this far off at some size describes the samples poorly: said, not refused (the file is
+# still what was measured; a user may only want the small sizes)
+POOR_FIT_REL_ERROR = 0.5
+
+
+def fit_warnings(chosen: FitReport, sizes: Sequence[int]) -> list[str]:
+    """What a user should know before planning with the fit: a worst relative error above
+    ``POOR_FIT_REL_ERROR``, or a fit whose time at the largest size is not above its time at the
+    smallest (the times did not grow with the size), which plans as if bytes were free."""
+    out = []
+    per_byte = chosen.model.time_s(sizes[-1]) - chosen.model.time_s(sizes[0]) if len(sizes) > 1 else 0.0
+    if len(sizes) > 1 and per_byte <= 0:
+        out.append(
+            f"the fit's time does not grow from {human_bytes(sizes[0])} to {human_bytes(sizes[-1])}: plans made with it treat a "
+            "large bucket as no dearer than a small one; measure larger sizes (--max-mb 64 or more) on an idle machine"
+        )
+    if chosen.max_abs_rel_error > POOR_FIT_REL_ERROR:
+        out.append(
+            f"the fit is {chosen.max_abs_rel_error:.0%} off at some measured size: the samples are noisy or span too few "
+            "sizes; measure again (more --repeats, larger --max-mb) before planning with this file"
+        )
+    return out
+
+
 def fit_cluster(samples: CommSamples, name: str = "measured") -> tuple[ClusterSpec, dict]:
     """A cluster from measured all-reduce times: the better of alpha-beta and piecewise, and both fits.
 
@@ -306,6 +330,7 @@ def fit_cluster(samples: CommSamples, name: str = "measured") -> tuple[ClusterSp
         if positive and piecewise.max_abs_rel_error < alpha_beta.max_abs_rel_error:
             chosen, chosen_name = piecewise, "piecewise"
     report["chosen"] = chosen_name
+    report["warnings"] = fit_warnings(chosen, sizes)
     cluster = ClusterSpec(
         name=name,
         workers=samples.world_size,
