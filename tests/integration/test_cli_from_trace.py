@@ -56,6 +56,43 @@ def test_from_a_cpu_trace_recorded_here(tmp_path):
     assert not (tmp_path / "p-cluster.json").exists()
 
 
+def test_a_model_by_import_path_names_the_gradients_of_its_trace_and_measures(tmp_path):
+    """The user's own model as package.module:factory (inputs by keyword): --from-trace names the
+    trace's gradients after the model the factory builds, as the zoo name does, and --measure
+    profiles it here; an estimate of it is refused, naming --measure."""
+    (tmp_path / "myjob.py").write_text(
+        "import torch, torchvision\n"
+        "class ByKeyword(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.net = torchvision.models.resnet18(weights=None)\n"
+        "    def forward(self, pixel_values):\n"
+        "        return self.net(pixel_values)\n"
+        "def resnet(batch_size, image_size):\n"
+        "    return torchvision.models.resnet18(weights=None), torch.randn(batch_size, 3, image_size, image_size), lambda out: out.mean()\n"
+        "def by_keyword(batch_size):\n"
+        "    return ByKeyword(), {'pixel_values': torch.randn(batch_size, 3, 32, 32)}, lambda out: out.mean()\n"
+    )
+    trace = tmp_path / "trace.json"
+    record_cpu_trace(trace)
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "commsched", *args], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+
+    r = cli("profile", "--from-trace", str(trace), "--model", "myjob:resnet", "--batch-size", "4", "--image-size", "32", "--out", "p.json")
+    assert r.returncode == 0, r.stderr
+    assert "9 matched by a unique shape, 53 by order" in r.stderr
+    p = load_profile(tmp_path / "p.json")
+    assert p.model == "myjob:resnet" and p.batch_size == 4 and len(p.tensors) == 62
+    assert p.names[:2] == ("fc.bias", "fc.weight") and p.names[-1] == "conv1.weight"
+    r = cli("profile", "--model", "myjob:by_keyword", "--batch-size", "2", "--measure", "--iters", "2", "--warmup", "1", "--out", "m.json")
+    assert r.returncode == 0, r.stderr
+    m = load_profile(tmp_path / "m.json")
+    assert m.source == "measured" and m.batch_size == 2 and len(m.tensors) == 62 and m.names[-1] == "net.conv1.weight"
+    r = cli("profile", "--model", "myjob:by_keyword", "--out", "e.json")
+    assert r.returncode == 2 and "measured, not estimated: add --measure" in r.stderr
+
+
 def test_sequence_numbers_find_the_forward_torch_s_flows_mark(tmp_path):
     """On a real trace (torch here, CPU): without its fwdbwd flows, the forward ops found from the ops'
     sequence numbers (what older torch gives) are the ones the flows mark, so every step reads the same."""

@@ -21,7 +21,7 @@ from commsched.errors import CommschedError
 
 
 @click.command()
-@click.option("--model", default=DEFAULT_MODEL, show_default=True, help="Zoo model (see `commsched presets`).")
+@click.option("--model", default=DEFAULT_MODEL, show_default=True, help="Zoo model (see `commsched presets`); with --measure also your own, as package.module:factory (a function returning the model, example inputs and a loss function).")
 @click.option("--batch-size", default=DEFAULT_BATCH, show_default=True, type=int, help="Per-worker batch.")
 @click.option(
     "--device", default=DEFAULT_DEVICE,
@@ -33,7 +33,7 @@ from commsched.errors import CommschedError
 @click.option("--iters", type=int, default=10, show_default=True, help="Timed steps with --measure.")
 @click.option("--warmup", type=int, default=3, show_default=True, help="Untimed steps with --measure.")
 @click.option("--sequential", is_flag=True, help="With --measure: synchronise the device after every gradient (MG-WFBP 5.1).")
-@click.option("--from-trace", "trace_path", default=None, help="Measured profile from a torch.profiler Chrome trace of your job; with --model (and --batch-size) its gradients get the zoo model's names, without one they are named by position and shape.")
+@click.option("--from-trace", "trace_path", default=None, help="Measured profile from a torch.profiler Chrome trace of your job; with --model (a zoo name or package.module:factory, and --batch-size) its gradients get the model's names, without one they are named by position and shape.")
 @click.option("--cluster-out", default=None, help="With --from-trace: cluster JSON of the trace's all-reduces (default: <out>-cluster.json).")
 @DTYPE_OPTION
 @click.option("--out", "out_path", required=True, help="Profile JSON to write.")
@@ -57,14 +57,25 @@ def profile(model, batch_size, device, image_size, efficiency, measure, iters, w
             raise CommschedError("--efficiency sets estimated profiles' FLOP/s; --measure times the real steps")
         bounded("--iters", iters, MAX_STEPS, f"{MAX_STEPS:,}")
         bounded("--warmup", warmup, MAX_STEPS, f"{MAX_STEPS:,}", strict=False)
-        check_zoo_model(model)
-        from commsched.profile.measure import measure_zoo_profile
+        from commsched.models.source import is_import_path
 
-        p = measure_zoo_profile(
-            model, batch_size, image_size, device=device if given("device") else None, warmup=warmup, iters=iters,
-            sequential=sequential, progress=True,
-        )
+        kwargs = dict(device=device if given("device") else None, warmup=warmup, iters=iters, sequential=sequential, progress=True)
+        if is_import_path(model):  # the user's own model: package.module:factory
+            from commsched.profile.measure import measure_factory_profile
+
+            p, note = measure_factory_profile(model, batch_size, image_size, **kwargs)
+            if note:
+                click.echo(note, err=True)
+        else:
+            check_zoo_model(model)
+            from commsched.profile.measure import measure_zoo_profile
+
+            p = measure_zoo_profile(model, batch_size, image_size, **kwargs)
     else:
+        from commsched.models.source import is_import_path
+
+        if is_import_path(model):
+            raise CommschedError(f"--model {model}: your own model's profile is measured, not estimated: add --measure (or read a trace of your job with --from-trace)")
         for opt, param in (("--iters", "iters"), ("--warmup", "warmup"), ("--sequential", "sequential")):
             if given(param):
                 raise CommschedError(f"{opt} goes with --measure (an estimated profile times no steps)")

@@ -53,3 +53,13 @@ def tensors(inputs: Inputs) -> Iterator[torch.Tensor]:
 def batch_of(inputs: Inputs) -> int | None:
     """The leading dimension of the first tensor in ``inputs`` that has one, else None."""
     return next((int(x.shape[0]) for x in tensors(inputs) if x.dim() > 0), None)
+
+
+def moved(inputs: Inputs, device: torch.device) -> Inputs:
+    """``inputs`` with every tensor moved to ``device`` (other values as they are)."""
+    def move(x: Any) -> Any:
+        return x.to(device) if isinstance(x, torch.Tensor) else x
+
+    if isinstance(inputs, dict):
+        return {k: move(v) for k, v in inputs.items()}
+    return tuple(move(x) for x in inputs)

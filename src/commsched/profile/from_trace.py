@@ -174,6 +174,7 @@ __all__ = [
     "TraceStep",
     "allreduce_cluster",
     "cluster_doc",
+    "factory_params",
     "load_trace",
     "match_gradients",
     "module_params",
@@ -1046,18 +1047,23 @@ def profile_trace_file(
     :func:`allreduce_cluster`); nothing is written.
 
     With zoo ``model`` the gradients get that model's names (:func:`zoo_params`, at
-    ``image_size``); without one they are named by position and shape (:func:`trace_params`) and
-    the profile is named after the file (:func:`trace_label`). ``batch_size`` None records batch 1,
-    a label only (the times are the traced steps' own); ``device`` None takes the trace's. A bad
-    trace or an unknown model fails before torch is imported."""
+    ``image_size``), with an import path ``package.module:factory`` the names of the model the
+    factory builds (:func:`factory_params`); without one they are named by position and shape
+    (:func:`trace_params`) and the profile is named after the file (:func:`trace_label`).
+    ``batch_size`` None records batch 1, a label only (the times are the traced steps' own);
+    ``device`` None takes the trace's. A bad trace or an unknown model fails before torch is imported."""
     from commsched.models.names import ZOO_MODELS
 
-    if model is not None and model not in ZOO_MODELS:
-        raise CommschedError(f"unknown model {model!r}; choose from {', '.join(ZOO_MODELS)}")
+    factory = model is not None and ":" in model  # the is_import_path rule, without importing torch
+    if model is not None and not factory and model not in ZOO_MODELS:
+        raise CommschedError(f"unknown model {model!r}; choose from {', '.join(ZOO_MODELS)}, or give package.module:factory")
     if model is None and image_size is not None:
         raise CommschedError(f"an image size ({image_size}) goes with a model: without one the gradients' shapes come from the trace")
     trace = parse_trace(load_trace(path), str(path))
-    params = zoo_params(model, image_size) if model is not None else None
+    if model is None:
+        params = None
+    else:
+        params = factory_params(model, 1 if batch_size is None else batch_size, image_size) if factory else zoo_params(model, image_size)
     result = profile_from_trace(trace, params, model=model if model is not None else trace_label(path),
                                 batch_size=1 if batch_size is None else batch_size, device=device, trace_name=Path(path).name)
     return result, cluster_doc(result)
@@ -1075,6 +1081,17 @@ def module_params(module: Any, example_inputs: Any, loss_fn: Any = None, name: s
     inv = inventory(module, example_inputs, loss_fn=loss_fn, name=name)
     shapes = {n: tuple(p.shape) for n, p in module.named_parameters()}
     return tuple(ParamShape(t.name, shapes[t.name], t.bytes) for t in inv.tensors)
+
+
+def factory_params(spec: str, batch_size: int, image_size: int | None = None) -> tuple[ParamShape, ...]:
+    """The gradient tensors (:func:`module_params`) of the model ``package.module:factory`` builds
+    (:func:`commsched.models.source.build`, with ``batch_size`` and ``image_size`` where it takes
+    them), one step on its own example inputs and loss."""
+    from commsched.models.source import build, runs_on
+
+    built = build(spec, batch_size, image_size)
+    with runs_on(spec, built.inputs):
+        return module_params(built.model, built.inputs, built.loss_fn, name=spec)
 
 
 def zoo_params(name: str, image_size: int | None = None) -> tuple[ParamShape, ...]:

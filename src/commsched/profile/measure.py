@@ -340,3 +340,40 @@ def measure_zoo_profile(
             sequential=sequential,
             progress=progress,
         )
+
+
+def measure_factory_profile(
+    spec: str,
+    batch_size: int,
+    image_size: int | None = None,
+    *,
+    device: str | None = None,
+    warmup: int = 3,
+    iters: int = 10,
+    sequential: bool = False,
+    progress: bool = False,
+) -> tuple[ModelProfile, str]:
+    """Measured profile of the user's model ``spec`` (``package.module:factory``,
+    :func:`commsched.models.source.build`: its model, example inputs, positional or by keyword, and
+    loss), built on the CPU from ``torch.manual_seed(0)`` (under a forked RNG) and moved to the device
+    with its inputs, then timed as :func:`measure_zoo_profile` times a zoo model. The factory gets
+    ``batch_size`` and ``image_size`` where it takes them; one that takes no ``batch_size`` is
+    measured at its own inputs' batch. Returns the profile and a note saying so (else "")."""
+    from commsched.models.inputs import moved
+    from commsched.models.source import build, runs_on
+
+    target = measure_device(device)
+    with torch.random.fork_rng(devices=[]):
+        built = build(spec, batch_size, image_size)
+    if built.batch_size is None:
+        raise CommschedError(f"{spec!r} takes no batch_size and its example inputs hold no tensor to read a batch from")
+    note = "" if built.batch_size == batch_size else f"note: {spec} takes no batch_size: the profile is of its own inputs (batch {built.batch_size})"
+    model, inputs = built.model, built.inputs
+    if target.type != "cpu":
+        model, inputs = model.to(target), moved(inputs, target)
+    with runs_on(spec, inputs):
+        profile = measure_profile(
+            model, inputs, built.loss_fn, name=spec, batch_size=built.batch_size, warmup=warmup, iters=iters,
+            sequential=sequential, progress=progress,
+        )
+    return profile, note
