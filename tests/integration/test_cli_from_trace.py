@@ -56,10 +56,10 @@ def test_from_a_cpu_trace_recorded_here(tmp_path):
     assert not (tmp_path / "p-cluster.json").exists()
 
 
-def test_a_model_by_import_path_names_the_gradients_of_its_trace_and_measures(tmp_path):
+def test_a_model_by_import_path_names_a_traces_gradients_is_measured_and_estimated(tmp_path):
     """The user's own model as package.module:factory (inputs by keyword): --from-trace names the
-    trace's gradients after the model the factory builds, as the zoo name does, and --measure
-    profiles it here; an estimate of it is refused, naming --measure."""
+    trace's gradients after the model the factory builds, as the zoo name does, --measure profiles
+    it here, and without --measure it is estimated (and planned) as the zoo's are."""
     (tmp_path / "myjob.py").write_text(
         "import torch, torchvision\n"
         "class ByKeyword(torch.nn.Module):\n"
@@ -89,8 +89,17 @@ def test_a_model_by_import_path_names_the_gradients_of_its_trace_and_measures(tm
     assert r.returncode == 0, r.stderr
     m = load_profile(tmp_path / "m.json")
     assert m.source == "measured" and m.batch_size == 2 and len(m.tensors) == 62 and m.names[-1] == "net.conv1.weight"
-    r = cli("profile", "--model", "myjob:by_keyword", "--out", "e.json")
-    assert r.returncode == 2 and "measured, not estimated: add --measure" in r.stderr
+    # estimated as a zoo model is, from its FLOPs on a GPU preset, and planned for a cluster
+    r = cli("profile", "--model", "myjob:by_keyword", "--batch-size", "64", "--device", "V100", "--out", "e.json")
+    assert r.returncode == 0, r.stderr
+    e = load_profile(tmp_path / "e.json")
+    assert e.source == "estimated" and e.batch_size == 64 and e.device == "V100" and e.names == m.names
+    zoo = run("profile", "--model", "resnet18", "--batch-size", "64", "--image-size", "32", "--device", "V100", "--out", str(tmp_path / "z.json"))
+    assert zoo.returncode == 0, zoo.stderr
+    assert e.forward_s == pytest.approx(load_profile(tmp_path / "z.json").forward_s, rel=1e-6)  # the same network, the same FLOPs
+    r = cli("plan", "--model", "myjob:resnet", "--batch-size", "64", "--image-size", "32", "--cluster", "v100-10gbe", "--workers", "16", "--json")
+    assert r.returncode == 0, r.stderr
+    assert len(json.loads(r.stdout)["strategies"]["optimal"]["buckets"]) >= 1
 
 
 def test_sequence_numbers_find_the_forward_torch_s_flows_mark(tmp_path):

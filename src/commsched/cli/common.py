@@ -132,7 +132,7 @@ def check_zoo_model(model: str) -> None:
     from commsched.models.names import ZOO_MODELS  # torch-free
 
     if model not in ZOO_MODELS:
-        raise CommschedError(f"unknown model {model!r}; choose from {', '.join(ZOO_MODELS)}")
+        raise CommschedError(f"unknown model {model!r}; choose from {', '.join(ZOO_MODELS)}, or give your own as package.module:factory")
 
 
 def only_rank_0_reports(e: BaseException) -> NoReturn:
@@ -146,15 +146,19 @@ def only_rank_0_reports(e: BaseException) -> NoReturn:
 # --- inputs --------------------------------------------------------------------------------------
 
 
-def zoo_profile(model: str, batch_size: int, device: str, image_size: int | None, efficiency: float | None, dtype: str | None = None):
-    """A zoo model's estimated profile, with a spinner on stderr while torch builds it."""
+def estimated_profile(model: str, batch_size: int, device: str, image_size: int | None, efficiency: float | None, dtype: str | None = None):
+    """A zoo model's estimated profile, or that of the user's model ``package.module:factory``,
+    with a spinner on stderr while torch builds it."""
     from commsched.profile.devices import device as lookup_device
 
     lookup_device(device)  # fail on a bad name before building a model
-    check_zoo_model(model)
+    factory = ":" in model  # commsched.models.source.is_import_path, without importing torch
+    if not factory:
+        check_zoo_model(model)
     with err_console().status(f"profiling {model} on the CPU (FLOPs and gradient ready order)"):
-        from commsched.profile.zoo_profile import zoo_profile as estimate
+        from commsched.profile.zoo_profile import factory_profile, zoo_profile
 
+        estimate = factory_profile if factory else zoo_profile
         return estimate(model, batch_size, device, image_size=image_size, efficiency=efficiency, dtype=dtype)
 
 
@@ -162,13 +166,14 @@ def profiles(
     profile_paths: Sequence[str], models: Sequence[str], batch_size: int, device: str, image_size, efficiency,
     dtype: str | None = None,
 ) -> dict:
-    """The profiles of ``--profile`` files and ``--model`` zoo models, by name."""
+    """The profiles of ``--profile`` files and ``--model`` models (zoo names, or the user's own as
+    ``package.module:factory``), by name; the models' are estimated."""
     from commsched.formats.specs import profiles_from
 
     check_model_inputs(batch_size, image_size, efficiency)
     if dtype is not None and not models:
         raise CommschedError(f"--dtype {dtype} sets the gradient bytes of estimated zoo profiles; a profile file carries its own bytes")
-    return profiles_from(profile_paths, models, lambda m: zoo_profile(m, batch_size, device, image_size, efficiency, dtype))
+    return profiles_from(profile_paths, models, lambda m: estimated_profile(m, batch_size, device, image_size, efficiency, dtype))
 
 
 def cluster(spec: str, workers: int | None, algorithm: str | None):

@@ -21,7 +21,7 @@ from commsched.errors import CommschedError
 
 
 @click.command()
-@click.option("--model", default=DEFAULT_MODEL, show_default=True, help="Zoo model (see `commsched presets`); with --measure also your own, as package.module:factory (a function returning the model, example inputs and a loss function).")
+@click.option("--model", default=DEFAULT_MODEL, show_default=True, help="Zoo model (see `commsched presets`), or your own as package.module:factory (a function returning the model, example inputs and a loss function).")
 @click.option("--batch-size", default=DEFAULT_BATCH, show_default=True, type=int, help="Per-worker batch.")
 @click.option(
     "--device", default=DEFAULT_DEVICE,
@@ -72,10 +72,6 @@ def profile(model, batch_size, device, image_size, efficiency, measure, iters, w
 
             p = measure_zoo_profile(model, batch_size, image_size, **kwargs)
     else:
-        from commsched.models.source import is_import_path
-
-        if is_import_path(model):
-            raise CommschedError(f"--model {model}: your own model's profile is measured, not estimated: add --measure (or read a trace of your job with --from-trace)")
         for opt, param in (("--iters", "iters"), ("--warmup", "warmup"), ("--sequential", "sequential")):
             if given(param):
                 raise CommschedError(f"{opt} goes with --measure (an estimated profile times no steps)")

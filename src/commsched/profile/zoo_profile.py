@@ -1,4 +1,5 @@
-"""Estimated profiles of zoo models: build, inventory on the CPU at a small batch, scale (torch).
+"""Estimated profiles of zoo models, and of the user's own models by import path: build, inventory
+at a small batch, scale (torch).
 
 The inventory is taken at batch 2 (BatchNorm needs more than one sample per channel in training
 mode); :func:`~commsched.profile.estimate.estimate_profile` scales its FLOPs linearly to the
@@ -58,5 +59,30 @@ def zoo_profile(
     """
     dev = device(device_name)  # fail on a bad name before spending CPU time on the model
     inv = zoo_inventory(name, image_size=image_size)
+    c = CALIBRATED_EFFICIENCY if efficiency is None else efficiency
+    return estimate_profile(inv, dev, batch_size, efficiency=c, dtype=dtype)
+
+
+def factory_profile(
+    spec: str,
+    batch_size: int,
+    device_name: str,
+    image_size: int | None = None,
+    efficiency: float | None = None,
+    dtype: str | None = None,
+) -> ModelProfile:
+    """Estimated profile (OSF Eq. 4-6) of the model ``package.module:factory`` builds
+    (:func:`commsched.models.source.build`) at ``batch_size`` on preset ``device_name``, as
+    :func:`zoo_profile` makes a zoo model's: the inventory is one real step on the CPU (a user's model
+    may not run on the meta device) under a forked RNG, at ``INVENTORY_BATCH`` samples where the
+    factory takes a ``batch_size``, else at its own inputs' batch, and its FLOPs are scaled to
+    ``batch_size``. ``dtype`` None keeps the model's own gradient bytes."""
+    from commsched.models.source import build, runs_on
+
+    dev = device(device_name)
+    with torch.random.fork_rng(devices=[]):
+        built = build(spec, INVENTORY_BATCH, image_size)
+        with runs_on(spec, built.inputs):
+            inv = inventory(built.model, built.inputs, loss_fn=built.loss_fn, name=spec)
     c = CALIBRATED_EFFICIENCY if efficiency is None else efficiency
     return estimate_profile(inv, dev, batch_size, efficiency=c, dtype=dtype)
