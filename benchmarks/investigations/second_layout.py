@@ -13,6 +13,7 @@ Run (from the repo, as root):
 import sys, time, statistics, json, math
 import torch, torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
+from commsched.models.inputs import call_with
 from commsched.models.source import build
 from commsched.runtime.lifecycle import process_group
 from commsched.runtime.record import StepRecorder
@@ -53,7 +54,7 @@ with process_group("gloo"):
     stock = DDP(m)
     opt = torch.optim.SGD(m.parameters(), lr=1e-3)
     def step(d):
-        opt.zero_grad(); b.loss_fn(d(*b.inputs)).backward(); opt.step()
+        opt.zero_grad(); b.loss_fn(call_with(d, b.inputs)).backward(); opt.step()
     for _ in range(3): step(stock)
     rec = StepRecorder(stock, order=names)
     stamps = []

@@ -525,7 +525,7 @@ def test_malformed_traces_are_clear_errors(doc, message):
 
 
 def test_the_timeline_plan_predicts_is_not_taken_for_a_jobs_trace():
-    """`plan` writes a Chrome trace too (out/trace.json): read as a job's trace it is named for what it is."""
+    """`plan` and `validate` write Chrome traces too: read as a job's trace each is named for what it is."""
     from commsched.cost.models import AlphaBeta
     from commsched.planners import WFBP
     from commsched.planners.base import plan_and_timeline
@@ -535,8 +535,11 @@ def test_the_timeline_plan_predicts_is_not_taken_for_a_jobs_trace():
     profile = ModelProfile("m", 8, "V100", "estimated", 1e-3, (TensorSpec("a", 4096, 1e-3), TensorSpec("b", 4096, 1e-3)))
     _, timeline = plan_and_timeline(WFBP(), profile, AlphaBeta(1e-5, 1e-9))
     predicted = json.loads(json.dumps(chrome_trace({"wfbp": timeline})))  # as read back from the file
-    with pytest.raises(CommschedError, match="t.json is a timeline commsched predicted .* not a trace of a job"):
+    with pytest.raises(CommschedError, match=r"t.json is a timeline commsched wrote \(the trace.json `plan` writes\), not a torch.profiler trace"):
         parse_trace(predicted, "t.json")
+    measured = json.loads(json.dumps(chrome_trace({"wfbp": timeline}, "measured")))
+    with pytest.raises(CommschedError, match=r"commsched wrote \(validate's measured-trace.json\)"):
+        parse_trace(measured, "t.json")
 
 
 def test_gzip_traces_and_unreadable_files(tmp_path):

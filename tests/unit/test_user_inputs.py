@@ -55,6 +55,15 @@ def factories(tmp_path, monkeypatch):
         def keywords_own_batch():
             return Masked(), {"attention_mask": torch.ones(3, 8), "input_ids": torch.randn(3, 8)}, lambda out: out.sum()
 
+        def placed(batch_size, device="cpu"):  # builds where it is told; its loss holds labels there
+            labels = torch.zeros(batch_size, dtype=torch.long, device=device)
+            model = nn.Sequential(nn.Linear(8, 4), nn.BatchNorm1d(4)).to(device)
+            return model, torch.randn(batch_size, 8, device=device), lambda out: nn.functional.cross_entropy(out, labels)
+
+        def labelled(batch_size):  # its loss holds labels on the CPU
+            labels = torch.zeros(batch_size, dtype=torch.long)
+            return nn.Sequential(nn.Linear(8, 4), nn.BatchNorm1d(4)), torch.randn(batch_size, 8), lambda out: nn.functional.cross_entropy(out, labels)
+
         def numbered_keys():
             return nn.Linear(8, 2), {0: torch.randn(4, 8)}, lambda out: out.sum()
 
@@ -109,6 +118,45 @@ def test_inputs_by_keyword_are_profiled_and_planned_as_positional_ones_are(facto
     assert measure_profile(nn.Linear(8, 2), torch.randn(5, 8), warmup=0, iters=1).batch_size == 5
     with pytest.raises(CommschedError, match="example_inputs must be a tensor, a tuple of positional inputs or a dict of keyword inputs, got str"):
         measure_profile(nn.Linear(8, 2), "tokens")
+
+
+def test_a_factory_gets_the_device_where_it_takes_one_and_library_calls_leave_the_callers_draws(factories):
+    """build passes device only to a factory that takes it (and says so); measuring, estimating and
+    naming a trace's gradients by import path restore torch's generators, as a library call must;
+    a trace's names need no batch of the job's size (a batch of 1 trains BatchNorm badly)."""
+    from commsched.profile.from_trace import factory_params
+    from commsched.profile.measure import measure_factory_profile
+    from commsched.profile.zoo_profile import factory_profile
+
+    assert build("userfactories:placed", 4, device="cpu").device == "cpu"
+    assert build("userfactories:labelled", 4, device="cpu").device is None
+    assert build("userfactories:placed", 4).device is None
+    for call in (
+        lambda: factory_params("userfactories:labelled"),
+        lambda: measure_factory_profile("userfactories:labelled", 4, device="cpu", warmup=0, iters=1),
+        lambda: factory_profile("userfactories:labelled", 64, "V100"),
+    ):
+        torch.manual_seed(123)
+        call()
+        after = torch.rand(3)
+        torch.manual_seed(123)
+        assert torch.equal(after, torch.rand(3))
+    names = [p.name for p in factory_params("userfactories:labelled")]  # in ready order: the BatchNorm's first
+    assert sorted(names[:2]) == ["1.bias", "1.weight"] and sorted(names[2:]) == ["0.bias", "0.weight"]
+    profile, note = factory_profile("userfactories:labelled", 64, "V100", image_size=96)
+    assert profile.batch_size == 64 and "takes no image_size" in note and "--image-size 96" in note
+    assert measure_factory_profile("userfactories:labelled", 4, device="cpu", warmup=0, iters=1)[1] == ""
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; make gpu-check runs it")
+def test_on_a_gpu_a_factory_is_measured_where_it_builds_and_a_loss_left_on_the_cpu_is_named(factories):
+    from commsched.profile.measure import measure_factory_profile
+
+    profile, _ = measure_factory_profile("userfactories:placed", 4, device="cuda", warmup=1, iters=2)
+    assert profile.device == torch.cuda.get_device_name() and len(profile.tensors) == 4
+    with pytest.raises(CommschedError, match="takes no device: its model and inputs were moved to cuda"):
+        measure_factory_profile("userfactories:labelled", 4, device="cuda", warmup=0, iters=1)
 
 
 def test_a_plan_that_lists_a_tensor_twice_is_refused(tmp_path):

@@ -44,7 +44,7 @@ def strategy_options(f):
     for opt in reversed(
         [
             click.option("--profile", "profile_paths", multiple=True, help="Profile JSON (commsched.profile/v1)."),
-            click.option("--model", "models", multiple=True, help=f"Zoo model to profile (default {DEFAULT_MODEL})."),
+            click.option("--model", "models", multiple=True, help=f"Zoo model to profile (default {DEFAULT_MODEL}), or your own as package.module:factory."),
             click.option("--batch-size", default=DEFAULT_BATCH, show_default=True, type=int),
             click.option("--device", default=None, help=f"GPU for estimated profiles (default: the cluster's, else {DEFAULT_DEVICE})."),
             click.option("--image-size", type=int, default=None),
@@ -158,8 +158,12 @@ def estimated_profile(model: str, batch_size: int, device: str, image_size: int 
     with err_console().status(f"profiling {model} on the CPU (FLOPs and gradient ready order)"):
         from commsched.profile.zoo_profile import factory_profile, zoo_profile
 
-        estimate = factory_profile if factory else zoo_profile
-        return estimate(model, batch_size, device, image_size=image_size, efficiency=efficiency, dtype=dtype)
+        if not factory:
+            return zoo_profile(model, batch_size, device, image_size=image_size, efficiency=efficiency, dtype=dtype)
+        p, note = factory_profile(model, batch_size, device, image_size=image_size, efficiency=efficiency, dtype=dtype)
+    if note:
+        click.echo(note, err=True)
+    return p
 
 
 def profiles(
@@ -172,7 +176,7 @@ def profiles(
 
     check_model_inputs(batch_size, image_size, efficiency)
     if dtype is not None and not models:
-        raise CommschedError(f"--dtype {dtype} sets the gradient bytes of estimated zoo profiles; a profile file carries its own bytes")
+        raise CommschedError(f"--dtype {dtype} sets the gradient bytes of estimated profiles (--model); a profile file carries its own bytes")
     return profiles_from(profile_paths, models, lambda m: estimated_profile(m, batch_size, device, image_size, efficiency, dtype))
 
 

@@ -9,8 +9,8 @@ from commsched.errors import CommschedError
 
 
 @click.command()
-@click.option("--model", default=DEFAULT_MODEL, show_default=True, help="Zoo model to rank.")
-@click.option("--profile", "profile_path", default=None, help="Profile JSON instead of a zoo model.")
+@click.option("--model", default=DEFAULT_MODEL, show_default=True, help="Zoo model to rank, or your own as package.module:factory.")
+@click.option("--profile", "profile_path", default=None, help="Profile JSON instead of a model.")
 @click.option("--batch-size", default=DEFAULT_BATCH, show_default=True, type=int)
 @click.option("--device", default=None, help=f"GPU for estimated profiles (default: the cluster's, else {DEFAULT_DEVICE}).")
 @click.option("--image-size", type=int, default=None)

@@ -20,7 +20,7 @@ from commsched.errors import CommschedError
 )
 @click.option("--min-gain", type=float, default=None, help=MIN_GAIN_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print {strategies, best, recommended} as one JSON document on stdout (best: the fastest; recommended: what to run).")
-@click.option("--out", "out_dir", default=None, help="Directory for plan.json (the recommended plan), ddp_options.json, trace.json, gantt.png, report-data.json and report.html (default out/).")
+@click.option("--out", "out_dir", default=None, help="Directory for plan.json (the recommended plan), ddp_options.json, trace.json, gantt.png, report-data.json and report.html, and nccl_tuner_table.txt for a plan with resources (default out/).")
 def plan(
     profile_paths, models, batch_size, device, image_size, efficiency, dtype, cluster_spec, strategies, bucket_mb,
     horovod_threshold_mb, horovod_cycle_ms, workers, algorithm, runtime_spec, min_gain, as_json, out_dir,
@@ -31,7 +31,7 @@ def plan(
     from commsched.planners import MIN_GAIN_OVER_DDP
     from commsched.planners.compare import compare
     from commsched.planners.optimal import check_min_gain
-    from commsched.report.outputs import PLAN_FILES, write_plan_files
+    from commsched.report.outputs import write_plan_files
 
     if len(profile_paths) + len(models) > 1:
         raise CommschedError("plan takes one model: give either one --profile or one --model")
@@ -59,14 +59,13 @@ def plan(
     # by an error. The plot's inputs are checked before it draws (report.plots), so only the file
     # system can fail it.
     out = None if (out_dir is None and as_json) else Path(out_dir or "out")
-    if out is not None:
-        write_plan_files(cmp, out)
+    written = write_plan_files(cmp, out) if out is not None else []
     if as_json:
         click.echo(text)
     else:
         _print_comparison(cmp)
-    if out is not None:
-        click.echo(f"recommended: {rec.strategy}; wrote " + ", ".join(f"{out}/{name}" for name in PLAN_FILES), err=True)
+    if written:
+        click.echo(f"recommended: {rec.strategy}; wrote " + ", ".join(str(p) for p in written), err=True)
 
 
 def _print_comparison(cmp) -> None:

@@ -38,7 +38,7 @@ from commsched.errors import CommschedError
 @DTYPE_OPTION
 @click.option("--out", "out_path", required=True, help="Profile JSON to write.")
 def profile(model, batch_size, device, image_size, efficiency, measure, iters, warmup, sequential, trace_path, cluster_out, out_path, dtype=None) -> None:
-    """Profile a zoo model (or any job's torch.profiler trace, --from-trace): gradient tensors in ready order, bytes, backward times (estimated or measured)."""
+    """Profile a zoo model or your own (package.module:factory), or any job's torch.profiler trace (--from-trace): gradient tensors in ready order, bytes, backward times (estimated or measured)."""
     from commsched.formats.io import profile_to_json, write_json
     from commsched.types import MAX_STEPS
 

@@ -3,16 +3,17 @@
 ``package.module:factory`` names a function that returns ``(model, example_inputs, loss_fn)``: an
 ``nn.Module``, the inputs of one forward (a tensor or a tuple of them, positional, or a dict of them
 by keyword: :mod:`commsched.models.inputs`) and a function from the model's output to a scalar
-loss. The factory is called with ``batch_size`` and ``image_size`` where its signature takes them
-(by those names), so one factory serves any batch; one that takes no ``batch_size`` makes its own,
-read from its first input tensor (``Built.batch_size``). It is
-imported and called on every rank, after seeding torch's generator with 0, so every rank builds the
-same model. An error raised while importing or calling it is a one-line error naming the factory,
+loss. The factory is called with ``batch_size`` and ``image_size`` (and, when measuring on a GPU,
+``device``) where its signature takes them (by those names), so one factory serves any batch; one
+that takes no ``batch_size`` makes its own, read from its first input tensor
+(``Built.batch_size``). It is imported and called on every rank, after seeding torch's generator
+with 0, so every rank builds the same model. An error raised while importing or calling it is a one-line error naming the factory,
 the exception and where it was raised.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 from collections.abc import Callable, Iterator
@@ -42,6 +43,7 @@ class Built:
     loss_fn: Callable[[object], torch.Tensor]
     batch_size: int | None = None
     image_size: int | None = None
+    device: str | None = None  # where a factory that takes ``device`` built the model, inputs and loss
 
 
 def _failed(what: str, e: BaseException) -> CommschedError:
@@ -79,8 +81,10 @@ def load_factory(spec: str) -> Callable:
     return fn
 
 
-def build(spec: str, batch_size: int, image_size: int | None = None) -> Built:
-    """The model ``spec`` names (zoo or import path) with inputs of ``batch_size`` samples, seeded with 0."""
+def build(spec: str, batch_size: int, image_size: int | None = None, device: str | None = None) -> Built:
+    """The model ``spec`` names (zoo or import path) with inputs of ``batch_size`` samples, seeded
+    with 0. ``device`` goes to a factory that takes it (``Built.device`` says it did); a zoo model
+    and a factory without it are built on the CPU."""
     from commsched.models.zoo import build_model, example_input, training_loss
 
     torch.manual_seed(0)
@@ -92,7 +96,7 @@ def build(spec: str, batch_size: int, image_size: int | None = None) -> Built:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
         params = {}
-    kwargs = {k: v for k, v in (("batch_size", batch_size), ("image_size", image_size)) if k in params and v is not None}
+    kwargs = {k: v for k, v in (("batch_size", batch_size), ("image_size", image_size), ("device", device)) if k in params and v is not None}
     try:
         got = fn(**kwargs)
     except Exception as e:  # noqa: BLE001 - the user's factory failed: say where
@@ -110,7 +114,25 @@ def build(spec: str, batch_size: int, image_size: int | None = None) -> Built:
         batch = batch_size
     else:  # the factory's own batch: its first input tensor's leading dimension
         batch = batch_of(inputs)
-    return Built(model, inputs, loss_fn, batch, kwargs.get("image_size"))
+    return Built(model, inputs, loss_fn, batch, kwargs.get("image_size"), kwargs.get("device"))
+
+
+def ignored_note(spec: str, built: Built, batch_size: int | None, image_size: int | None) -> str:
+    """A note naming ``--batch-size`` / ``--image-size`` values a factory did not take (it made its
+    own inputs), or "" when it took every one given."""
+    ignored = [(k, v) for k, v, got in (("batch_size", batch_size, built.batch_size), ("image_size", image_size, built.image_size))
+               if v is not None and v != got]
+    if not ignored:
+        return ""
+    flags = ", ".join("--" + k.replace("_", "-") + f" {v}" for k, v in ignored)
+    return (f"note: {spec} takes no {' or '.join(k for k, _ in ignored)}: the run is of its own inputs "
+            f"(batch {built.batch_size}), not {flags}")
+
+
+def forked_rng() -> contextlib.AbstractContextManager:
+    """torch's generators (the CPU's and every visible GPU's) restored on exit: :func:`build` seeds
+    them, and a library call must leave its caller's draws as they were."""
+    return torch.random.fork_rng(devices=list(range(torch.cuda.device_count())) if torch.cuda.is_available() else [])
 
 
 @contextmanager

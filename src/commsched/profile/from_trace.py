@@ -162,7 +162,7 @@ from commsched.cost.models import Table
 from commsched.cost.fit import nondecreasing_points
 from commsched.errors import CommschedError
 from commsched.formats.io import parse_json, read_bytes
-from commsched.report.trace import PRODUCER as PREDICTED_TRACE
+from commsched.report.trace import PRODUCER as COMMSCHED_TRACE
 from commsched.types import MAX_BYTES, MAX_SECONDS, ModelProfile, TensorSpec, shown
 
 __all__ = [
@@ -558,9 +558,10 @@ def parse_trace(doc: object, where: str = "trace") -> ParsedTrace:
     _check_chrome_trace(doc, where)
     assert isinstance(doc, dict)
     other = doc.get("otherData")
-    if isinstance(other, dict) and other.get("producer") == PREDICTED_TRACE:
+    if isinstance(other, dict) and other.get("producer") == COMMSCHED_TRACE:
+        written = "validate's measured-trace.json" if other.get("timeline") == "measured" else "the trace.json `plan` writes"
         raise CommschedError(
-            f"{where} is a timeline commsched predicted (the trace.json `plan` writes), not a trace of a job: "
+            f"{where} is a timeline commsched wrote ({written}), not a torch.profiler trace of a job: "
             "record a few steps of your own job with torch.profiler (docs/cli.md, profile)"
         )
     events, flows = _events(doc, where)
@@ -1063,7 +1064,7 @@ def profile_trace_file(
     if model is None:
         params = None
     else:
-        params = factory_params(model, 1 if batch_size is None else batch_size, image_size) if factory else zoo_params(model, image_size)
+        params = factory_params(model, image_size) if factory else zoo_params(model, image_size)
     result = profile_from_trace(trace, params, model=model if model is not None else trace_label(path),
                                 batch_size=1 if batch_size is None else batch_size, device=device, trace_name=Path(path).name)
     return result, cluster_doc(result)
@@ -1083,15 +1084,18 @@ def module_params(module: Any, example_inputs: Any, loss_fn: Any = None, name: s
     return tuple(ParamShape(t.name, shapes[t.name], t.bytes) for t in inv.tensors)
 
 
-def factory_params(spec: str, batch_size: int, image_size: int | None = None) -> tuple[ParamShape, ...]:
+def factory_params(spec: str, image_size: int | None = None) -> tuple[ParamShape, ...]:
     """The gradient tensors (:func:`module_params`) of the model ``package.module:factory`` builds
-    (:func:`commsched.models.source.build`, with ``batch_size`` and ``image_size`` where it takes
-    them), one step on its own example inputs and loss."""
-    from commsched.models.source import build, runs_on
+    (:func:`commsched.models.source.build`, with 2 samples and ``image_size`` where it takes them:
+    names and shapes do not depend on the batch), one CPU step on its own example inputs and loss,
+    the generators seeded and restored after."""
+    from commsched.models.source import build, forked_rng, runs_on
+    from commsched.profile.zoo_profile import INVENTORY_BATCH
 
-    built = build(spec, batch_size, image_size)
-    with runs_on(spec, built.inputs):
-        return module_params(built.model, built.inputs, built.loss_fn, name=spec)
+    with forked_rng():
+        built = build(spec, INVENTORY_BATCH, image_size)
+        with runs_on(spec, built.inputs):
+            return module_params(built.model, built.inputs, built.loss_fn, name=spec)
 
 
 def zoo_params(name: str, image_size: int | None = None) -> tuple[ParamShape, ...]:

@@ -29,7 +29,7 @@ from commsched.models.inputs import Inputs, as_inputs, batch_of, call_with
 from commsched.models.inventory import remove_all, restored_state, sum_of_means
 from commsched.types import ModelProfile, TensorSpec
 
-__all__ = ["measure_device", "measure_profile", "measure_zoo_profile"]
+__all__ = ["measure_device", "measure_factory_profile", "measure_profile", "measure_zoo_profile"]
 
 SEED = 0
 
@@ -355,25 +355,34 @@ def measure_factory_profile(
 ) -> tuple[ModelProfile, str]:
     """Measured profile of the user's model ``spec`` (``package.module:factory``,
     :func:`commsched.models.source.build`: its model, example inputs, positional or by keyword, and
-    loss), built on the CPU from ``torch.manual_seed(0)`` (under a forked RNG) and moved to the device
-    with its inputs, then timed as :func:`measure_zoo_profile` times a zoo model. The factory gets
-    ``batch_size`` and ``image_size`` where it takes them; one that takes no ``batch_size`` is
-    measured at its own inputs' batch. Returns the profile and a note saying so (else "")."""
+    loss) on ``device`` (:func:`measure_device`), timed as :func:`measure_zoo_profile` times a zoo
+    model, its generators seeded with 0 and restored after. The factory gets ``batch_size``,
+    ``image_size`` and, on a GPU, ``device`` where it takes them; one that takes no ``device`` is
+    built on the CPU and its model and inputs moved (the tensors its loss function holds cannot be:
+    a mismatch is an error saying so). Returns the profile and a note naming the options the
+    factory did not take (else "")."""
     from commsched.models.inputs import moved
-    from commsched.models.source import build, runs_on
+    from commsched.models.source import build, forked_rng, ignored_note, runs_on
 
     target = measure_device(device)
-    with torch.random.fork_rng(devices=[]):
-        built = build(spec, batch_size, image_size)
-    if built.batch_size is None:
-        raise CommschedError(f"{spec!r} takes no batch_size and its example inputs hold no tensor to read a batch from")
-    note = "" if built.batch_size == batch_size else f"note: {spec} takes no batch_size: the profile is of its own inputs (batch {built.batch_size})"
-    model, inputs = built.model, built.inputs
-    if target.type != "cpu":
-        model, inputs = model.to(target), moved(inputs, target)
-    with runs_on(spec, inputs):
-        profile = measure_profile(
-            model, inputs, built.loss_fn, name=spec, batch_size=built.batch_size, warmup=warmup, iters=iters,
-            sequential=sequential, progress=progress,
-        )
-    return profile, note
+    with forked_rng():
+        built = build(spec, batch_size, image_size, str(target) if target.type != "cpu" else None)
+        if built.batch_size is None:
+            raise CommschedError(f"{spec!r} takes no batch_size and its example inputs hold no tensor to read a batch from")
+        model, inputs = built.model, built.inputs
+        if target.type != "cpu" and built.device is None:
+            model, inputs = model.to(target), moved(inputs, target)
+        try:
+            with runs_on(spec, inputs):
+                profile = measure_profile(
+                    model, inputs, built.loss_fn, name=spec, batch_size=built.batch_size, warmup=warmup, iters=iters,
+                    sequential=sequential, progress=progress,
+                )
+        except CommschedError as e:
+            if target.type != "cpu" and built.device is None and "device" in str(e):
+                raise CommschedError(
+                    f"{e} ({spec} takes no device: its model and inputs were moved to {target}, tensors its loss function "
+                    "holds were not; give the factory a device argument, or measure with --device cpu)"
+                ) from e
+            raise
+    return profile, ignored_note(spec, built, batch_size, image_size)

@@ -70,19 +70,20 @@ def factory_profile(
     image_size: int | None = None,
     efficiency: float | None = None,
     dtype: str | None = None,
-) -> ModelProfile:
+) -> tuple[ModelProfile, str]:
     """Estimated profile (OSF Eq. 4-6) of the model ``package.module:factory`` builds
     (:func:`commsched.models.source.build`) at ``batch_size`` on preset ``device_name``, as
     :func:`zoo_profile` makes a zoo model's: the inventory is one real step on the CPU (a user's model
-    may not run on the meta device) under a forked RNG, at ``INVENTORY_BATCH`` samples where the
-    factory takes a ``batch_size``, else at its own inputs' batch, and its FLOPs are scaled to
-    ``batch_size``. ``dtype`` None keeps the model's own gradient bytes."""
-    from commsched.models.source import build, runs_on
+    may not run on the meta device), its generators seeded with 0 and restored after, at
+    ``INVENTORY_BATCH`` samples where the factory takes a ``batch_size``, else at its own inputs'
+    batch, and its FLOPs are scaled to ``batch_size``. ``dtype`` None keeps the model's own gradient
+    bytes. Returns the profile and a note naming an ``image_size`` the factory did not take (else "")."""
+    from commsched.models.source import build, forked_rng, ignored_note, runs_on
 
     dev = device(device_name)
-    with torch.random.fork_rng(devices=[]):
+    with forked_rng():
         built = build(spec, INVENTORY_BATCH, image_size)
         with runs_on(spec, built.inputs):
             inv = inventory(built.model, built.inputs, loss_fn=built.loss_fn, name=spec)
     c = CALIBRATED_EFFICIENCY if efficiency is None else efficiency
-    return estimate_profile(inv, dev, batch_size, efficiency=c, dtype=dtype)
+    return estimate_profile(inv, dev, batch_size, efficiency=c, dtype=dtype), ignored_note(spec, built, None, image_size)

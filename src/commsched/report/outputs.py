@@ -25,12 +25,12 @@ if TYPE_CHECKING:
 PLAN_FILES = ("plan.json", "ddp_options.json", "trace.json", "gantt.png", "report-data.json", "report.html")
 
 
-def write_plan_files(cmp: Comparison, out: str | Path) -> Path:
+def write_plan_files(cmp: Comparison, out: str | Path) -> list[Path]:
     """``commsched plan``'s files in ``out``: ``plan.json`` and ``ddp_options.json`` of the recommended
     plan (what to run; with per-bucket resources also ``nccl_tuner_table.txt``), the Chrome trace of
     every strategy (the recommended first), the Gantt chart of the recommended, the fastest and
     default DDP's timelines, ``report-data.json`` (what ``commsched report --from`` renders again)
-    and ``report.html``. Returns ``out``."""
+    and ``report.html``. Returns the files written, in that order (the tuner table after the plan's)."""
     from commsched.formats.io import plan_to_json, write_json
     from commsched.planners.stock_ddp import ddp_options_doc
     from commsched.report.html import plan_section, render_html
@@ -47,17 +47,19 @@ def write_plan_files(cmp: Comparison, out: str | Path) -> Path:
     plan = rows[rec].plan
     write_json(out / "plan.json", plan_to_json(plan))
     write_json(out / "ddp_options.json", ddp_options_doc(plan))  # commsched.ddp_options/v1
+    written = [out / "plan.json", out / "ddp_options.json"]
     if any(b.resources is not None for b in plan.buckets):
         from commsched.nccl_tuner import table_from_plan, table_text
 
         (out / "nccl_tuner_table.txt").write_text(table_text(table_from_plan(plan), f"strategy {plan.strategy}, model {plan.model}"))
+        written.append(out / "nccl_tuner_table.txt")
     ordered = {rec: rows[rec].timeline} | {k: r.timeline for k, r in rows.items() if k != rec}
     write_json(out / "trace.json", chrome_trace(ordered))
     p = cmp.profile
     gantt_png(shown, out / "gantt.png", title=f"{p.model} on {cmp.cluster.name} ({cmp.cluster.workers} workers)")
     write_json(out / "report-data.json", section.data)
     (out / "report.html").write_text(page, encoding="utf-8")
-    return out
+    return written + [out / name for name in PLAN_FILES[2:]]
 
 
 def write_scale_files(rows: Sequence[dict], out: str | Path, title: str) -> tuple[list[dict], list[Marker]]:
@@ -106,7 +108,7 @@ def write_validate_files(
         report["measured_breakdown"] = rec.breakdown()
         predicted = simulate_run(profile, ends_of_plan(profile, plan), cluster.allreduce, semantics)
         timelines = {f"{plan.strategy} measured": rec.timeline(), f"{plan.strategy} predicted": predicted}
-        write_json(out / "measured-trace.json", chrome_trace(timelines))
+        write_json(out / "measured-trace.json", chrome_trace(timelines, "measured"))
         gantt_png(timelines, out / "measured-gantt.png", title=f"{report['model']}: measured vs predicted step ({plan.strategy}, stock DDP)")
     write_json(out / "profile.json", profile_to_json(profile))
     # what a user needs to plan this job again: `commsched plan --profile profile.json --cluster

@@ -2,20 +2,21 @@
 
 Format: the Trace Event Format's complete events (``"ph": "X"``, microsecond ``ts``/``dur``) on one
 process, with the compute stream on thread 0 and the all-reduce stream on thread 1, and
-``otherData.producer`` naming it a prediction (a job's trace is what ``profile --from-trace`` reads).
+``otherData.producer`` naming commsched (a job's own trace is what ``profile --from-trace`` reads).
 """
 
 from __future__ import annotations
 
 from commsched.types import Timeline
 
-PRODUCER = "commsched predicted timeline"
+PRODUCER = "commsched"  # otherData.producer: a timeline commsched wrote, predicted or from measured records
 _THREAD = {"forward": 0, "backward": 0, "optimizer": 0, "allreduce": 1}
 _THREAD_NAMES = {0: "compute", 1: "all-reduce"}
 
 
-def chrome_trace(timelines: dict[str, Timeline]) -> dict:
-    """One process per timeline (e.g. one per strategy), so several can be compared in one view."""
+def chrome_trace(timelines: dict[str, Timeline], what: str = "predicted") -> dict:
+    """One process per timeline (e.g. one per strategy), so several can be compared in one view;
+    ``what`` (``"predicted"``, or ``"measured"`` for validate's recorded steps) goes in ``otherData``."""
     events: list[dict] = []
     for pid, (label, tl) in enumerate(timelines.items()):
         events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": label}})
@@ -36,4 +37,4 @@ def chrome_trace(timelines: dict[str, Timeline]) -> dict:
                 }
             )
     # otherData (the format's free metadata) says whose trace this is: `profile --from-trace` refuses it
-    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"producer": PRODUCER}}
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"producer": PRODUCER, "timeline": what}}

@@ -186,7 +186,7 @@ def prepare(cfg: ValidationConfig, progress: bool = True) -> Job:
     """The process group's facts and the model (seeded: the same on every rank; a zoo name or a
     ``package.module:factory`` import path, :mod:`commsched.models.source`); a zoo model's inputs
     come after the memory check (:func:`memory_phase`), which they are part of."""
-    from commsched.models.source import build, is_import_path
+    from commsched.models.source import build, ignored_note, is_import_path
 
     if not dist.is_initialized():
         raise CommschedError("validate runs under torchrun (or an initialised process group)")
@@ -203,10 +203,7 @@ def prepare(cfg: ValidationConfig, progress: bool = True) -> Job:
         if built.batch_size is None:
             raise CommschedError(f"{cfg.model!r} takes no batch_size and its example inputs hold no tensor to read a batch from")
         # a factory that takes no batch_size (or image_size) makes its own: the run is of that one
-        ignored = [(k, v) for k, v, got in (("batch_size", cfg.batch_size, built.batch_size), ("image_size", cfg.image_size, built.image_size)) if v is not None and v != got]
-        if ignored:
-            flags = ", ".join("--" + k.replace("_", "-") + f" {v}" for k, v in ignored)
-            note = f"note: {cfg.model} takes no {' or '.join(k for k, _ in ignored)}: the run is of its own inputs (batch {built.batch_size}), not {flags}"
+        note = ignored_note(cfg.model, built, cfg.batch_size, cfg.image_size)
         cfg = replace(cfg, batch_size=built.batch_size, image_size=built.image_size)
     else:
         from commsched.models.zoo import build_model, training_loss
