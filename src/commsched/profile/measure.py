@@ -115,8 +115,9 @@ def measure_profile(
     """Measure ``module``'s forward time and per-tensor backward times over real training steps.
 
     Runs ``warmup`` un-timed then ``iters`` timed steps of forward, ``loss_fn(output)`` (default
-    :func:`~commsched.models.inventory.sum_of_means`) and backward on ``example_inputs`` (positional: a tuple or a tensor; by keyword: a dict), with the
-    module in training mode and every ``.grad`` set to None before each step. There is no optimizer
+    :func:`~commsched.models.inventory.sum_of_means`) and backward on ``example_inputs``
+    (positional: a tuple or a tensor; by keyword: a dict), with the module in training mode and
+    every ``.grad`` set to None before each step. There is no optimizer
     step, so parameters never change; afterwards the per-module train/eval flags, the buffers
     (BatchNorm running statistics) and the parameters' previous ``.grad`` are restored, and the
     caller's global RNG state is left as it was (dropout draws from a forked RNG).
