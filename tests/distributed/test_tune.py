@@ -102,11 +102,17 @@ def test_on_nccl_tuning_keeps_the_gradients_and_decides(tmp_path, monkeypatch, c
 
 def test_a_job_too_short_to_tune_is_stock_ddp_and_remembers_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("TUNE_TOTAL_STEPS", "26")
-    for first, again in _runs(tmp_path, "net", "measured", "optimal"):
+    procs = run_workers("tune.py", ["net", "measured", "optimal", str(tmp_path)])
+    for doc in results(procs):
+        first, again = doc["runs"]
+        assert first["bit_identical"] and again["bit_identical"]
         assert first["decision"] == "stock" and first["steps_to_decide"] == 0 and "not tuned" in first["reason"]
         assert first["steps_by_variant"] == {"stock": 1, "plan": 0}
         assert again["from_memory"] is None and again["decision"] == "stock"
     assert not any(tmp_path.iterdir())
+    # the decision line names no folder: nothing was written there
+    lines = [line for line in procs[0].stderr.splitlines() if line.startswith("commsched tune: keeping")]
+    assert len(lines) == 2 and all("not tuned" in line and str(tmp_path) not in line for line in lines), lines
 
 
 @pytest.mark.parametrize("model", ["tied", "unused"])

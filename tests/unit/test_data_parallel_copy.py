@@ -112,3 +112,41 @@ def test_a_copy_with_static_graph_made_after_a_step_lays_the_plans_buckets():
         assert _buckets(c) == len(plan.buckets) > 1
     finally:
         dist.destroy_process_group()
+
+
+def test_at_exit_the_tuners_own_ddps_are_let_go_while_python_runs():
+    """The handler tuning registers with atexit drops the plan's DDP (and the rest of the tuner's
+    own) and collects them: left to the interpreter's teardown they aborted some gloo jobs at exit
+    (docs/limitations.md). The wrapper's own reducer, the user's, stays as stock DDP's does."""
+    import atexit
+    import weakref
+
+    from commsched.calibrate.trial import TrialRule
+    from commsched.runtime import tune
+    from commsched.runtime.data_parallel import DataParallel
+    from commsched.runtime.tune import TuneConfig
+
+    registered = []
+    real_register = atexit.register
+    atexit.register = lambda fn, *args: registered.append((fn, args))
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 1))
+        cfg = TuneConfig(strategy="wfbp", keep="plan", min_gain=0.0, max_cost=0.9, warmup_steps=2, calibration_steps=3, cache_dir="",
+                         rule=TrialRule(block=1, min_pairs_reject=2, min_pairs_keep=2, max_pairs=4), log=False)
+        dp = DataParallel(model, tune=cfg)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        step = 0
+        while dp.tuning["phase"] != "done":
+            _step(dp, opt, step)
+            step += 1
+            assert step < 40, dp.tuning
+        plan_ddp = weakref.ref(dp.tuner.plan_ddp)
+        assert plan_ddp() is not None and [fn for fn, _ in registered] == [tune._release_at_exit]
+        fn, args = registered[0]
+        fn(*args)
+        assert plan_ddp() is None and dp.tuner.plan_ddp is None and dp.tuner.recorder is None
+    finally:
+        atexit.register = real_register
+        dist.destroy_process_group()

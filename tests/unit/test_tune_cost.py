@@ -58,6 +58,24 @@ def test_max_cost_is_a_fraction():
         TuneConfig(max_cost=1.5)
 
 
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"cache_dir": 123}, "cache_dir must be a path or None, got int 123"),
+    ({"out_dir": ["a"]}, "out_dir must be a path or None, got list"),
+    ({"cluster": 4}, "cluster must be a name"),
+    ({"log": "no"}, "log must be True or False, got 'no'"),
+    ({"retune": 1}, "retune must be True or False, got 1"),
+])
+def test_a_config_of_the_wrong_type_is_refused_where_it_is_made(kwargs, message):
+    """Not later, inside DataParallel on every rank (a cache_dir of 123 was a TypeError there; log="no" logged)."""
+    from pathlib import Path
+
+    from commsched.errors import CommschedError
+
+    with pytest.raises(CommschedError, match=message):
+        TuneConfig(**kwargs)
+    assert TuneConfig(cache_dir=Path("/tmp/x")).memory_dir() == Path("/tmp/x")
+
+
 def test_the_probes_estimate_from_the_largest_size_probed_and_the_fastest_recorded_rate():
     from commsched.calibrate.in_job import Busy
     from commsched.errors import CommschedError

@@ -76,7 +76,8 @@ class DataParallel(nn.parallel.DistributedDataParallel):
             raise CommschedError(f"timeout_s must be a number of seconds in (0, 1e6), got {timeout_s!r}")
         bad = [k for k in _RESERVED if k in ddp_kwargs]
         if bad:
-            raise CommschedError(f"commsched.DataParallel sets {bad[0]!r} itself (from the plan); leave it out")
+            source = "stock DDP's defaults, then the plan tuning keeps" if tune is not False else "the plan"
+            raise CommschedError(f"commsched.DataParallel sets {bad[0]!r} itself (from {source}); leave it out")
         if tune is not False and plan is not None:
             raise CommschedError("commsched.DataParallel takes a plan or tune=True, not both (tuning makes its own plan)")
         if tune is False and plan is None:

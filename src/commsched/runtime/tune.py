@@ -54,6 +54,9 @@ DDP sets in its own forward; the tuner hands it from one DDP to the next (:meth:
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import gc
 import hashlib
 import json
 import math
@@ -63,6 +66,7 @@ import statistics
 import sys
 import time
 import warnings
+import weakref
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -80,6 +84,7 @@ from commsched.errors import CommschedError
 from commsched.planners.compare import plan_label, ranked_caps
 from commsched.runtime.collectives import broadcast_bytes, comm_device, gather_text, wait_until
 from commsched.runtime.ddp_plan import check_plan_fits, compilable, ddp_options, trainable_parameters, with_unused_parameters
+from commsched.types import Plan
 
 SCHEMA = "commsched.tune/v1"
 # validate's chain sizes up to 1 MiB (the per-call cost DDP's big buckets hide; the buckets measure
@@ -142,6 +147,15 @@ class TuneConfig:
             v = getattr(self, k)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v < 1.0:
                 raise CommschedError(f"TuneConfig.{k} must be a fraction in [0, 1), got {v!r}")
+        for k in ("retune", "log"):
+            if not isinstance(getattr(self, k), bool):
+                raise CommschedError(f"TuneConfig.{k} must be True or False, got {getattr(self, k)!r}")
+        for k in ("cache_dir", "out_dir"):
+            v = getattr(self, k)
+            if v is not None and not isinstance(v, (str, os.PathLike)):
+                raise CommschedError(f"TuneConfig.{k} must be a path or None, got {type(v).__name__} {v!r}")
+        if self.cluster is not None and not isinstance(self.cluster, str):
+            raise CommschedError(f"TuneConfig.cluster must be a name (str) or None, got {type(self.cluster).__name__} {self.cluster!r}")
         if self.keep not in ("measured", "plan", "stock"):
             raise CommschedError(f"TuneConfig.keep must be 'measured', 'plan' or 'stock', got {self.keep!r}")
         if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) or not 0 < self.timeout_s < 1e6:
@@ -160,7 +174,7 @@ class TuneConfig:
         d = self.cache_dir if self.cache_dir is not None else os.environ.get("COMMSCHED_TUNE_DIR")
         if d == "":
             return None
-        return Path(d) if d is not None else Path.home() / ".cache" / "commsched" / "tune"
+        return Path(os.fspath(d)) if d is not None else Path.home() / ".cache" / "commsched" / "tune"
 
 
 # --- the clock ----------------------------------------------------------------------------------
@@ -216,6 +230,28 @@ def signature(module: nn.Module, world: int, backend: str, cluster: str, flags: 
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:20]
 
 
+def _buckets(plan: Plan) -> str:
+    n = len(plan.buckets)
+    return f"{n} bucket" + ("" if n == 1 else "s")
+
+
+def _release_at_exit(tuner_ref: weakref.ref) -> None:
+    """At interpreter exit, while Python still runs: the tuner's own DDPs and recorder let go and
+    collected. Left to the interpreter's teardown, their reducers and gloo's work objects were
+    destroyed after Python had stopped, and 3 of 14 two-rank gloo jobs that ended while tuning
+    aborted there ("terminate called without an active exception", SIGABRT: a failed job to
+    torchrun) where 0 of 10 did with them released first (docs/limitations.md)."""
+    tuner = tuner_ref()
+    if tuner is None:
+        return
+    if tuner.recorder is not None:
+        with contextlib.suppress(Exception):  # the process group may be gone: nothing to restore then
+            tuner.recorder.remove()
+    tuner.recorder = tuner.plan_ddp = tuner.incumbent_ddp = tuner.active = None
+    del tuner
+    gc.collect()
+
+
 class Tuner:
     """Drives one :class:`~commsched.runtime.data_parallel.DataParallel` through tuning (module docstring).
 
@@ -249,6 +285,7 @@ class Tuner:
         self.fresh_per_switch = find_unused
         self.active: nn.Module | None = None  # the DDP forwards go to (None: the wrapper's own)
         self.active_variant = "stock"
+        atexit.register(_release_at_exit, weakref.ref(self))
         self.plan = None
         self.stock_plan = None
         # the caps still to race after the first plan's trial (module docstring, 5), in the model's
@@ -523,11 +560,11 @@ class Tuner:
         if same:
             reason = f"{plan.strategy} is stock DDP's default buckets"
         elif over_budget:
-            reason = self._over_budget(spent, budget, f"before {plan.strategy} ({len(plan.buckets)} buckets, predicted {chosen.speedup_vs_ddp - 1:+.1%}) could be tried")
+            reason = self._over_budget(spent, budget, f"before {plan.strategy} ({_buckets(plan)}, predicted {chosen.speedup_vs_ddp - 1:+.1%}) could be tried")
         elif try_it:
-            reason = f"{plan.strategy} ({len(plan.buckets)} buckets) predicted {chosen.speedup_vs_ddp - 1:+.1%}: trying it"
+            reason = f"{plan.strategy} ({_buckets(plan)}) predicted {chosen.speedup_vs_ddp - 1:+.1%}: trying it"
         else:
-            reason = (f"stock DDP's default buckets: {plan.strategy} ({len(plan.buckets)} buckets) is predicted {chosen.speedup_vs_ddp - 1:+.1%} "
+            reason = (f"stock DDP's default buckets: {plan.strategy} ({_buckets(plan)}) is predicted {chosen.speedup_vs_ddp - 1:+.1%} "
                       f"against them, under tuning's min gain of {self.cfg.min_gain:.1%}: not tried")
         predicted = {
             "plan_s": chosen.timeline.iteration_s, "stock_s": cmp.stock.timeline.iteration_s,
@@ -678,7 +715,7 @@ class Tuner:
         if self.rank == 0 and self.cfg.log:
             what = f"measured faster than {self._baseline()}" if won else f"did not measure faster than {self._baseline()}"
             against = f"{plan_label(self.plan)}'s buckets" if won else self._baseline()
-            print(f"commsched tune: {plan_label(self.plan)} {what} ({doc['why']}); racing {plan_label(nxt)} ({len(nxt.buckets)} buckets) "
+            print(f"commsched tune: {plan_label(self.plan)} {what} ({doc['why']}); racing {plan_label(nxt)} ({_buckets(nxt)}) "
                   f"against {against}", file=sys.stderr, flush=True)
         self.tried_plans.append(self.plan)
         if won:  # a previous incumbent and its DDP go
@@ -746,14 +783,16 @@ class Tuner:
         self._switch(decision)
         if decision == "stock":
             self.plan_ddp = None  # its buckets go with it
+        written = False
         if self.rank == 0 and not from_memory and remember:
             try:
-                self._write()
+                written = self._write()
             except OSError as e:  # the memory is optional: training goes on with the decision
                 warnings.warn(f"commsched tune: could not write the decision to {self.entry} ({e}); it is kept for this job only", stacklevel=4)
         if self.rank == 0 and self.cfg.log:
-            where = f" ({self.entry})" if self.entry is not None and (remember or from_memory) else ""
-            kept = f"{plan_label(self.plan)}'s {len(self.plan.buckets)} buckets" if decision == "plan" and self.plan is not None else "stock DDP's default buckets"
+            # the folder only where the decision is there: written now, or read from it
+            where = f" ({self.entry})" if self.entry is not None and (written or from_memory) else ""
+            kept = f"{plan_label(self.plan)}'s {_buckets(self.plan)}" if decision == "plan" and self.plan is not None else "stock DDP's default buckets"
             src = "from memory" if from_memory else f"after {self.step} steps"
             print(f"commsched tune: keeping {kept} {src}: {reason}{where}", file=sys.stderr, flush=True)
 
@@ -845,22 +884,24 @@ class Tuner:
         self.summary["from_memory"] = str(memory / self.key) if memory is not None else None
         self._finish(doc["decision"], doc["reason"], from_memory=True)
 
-    def _write(self) -> None:
-        """Rank 0: decision.json, plan.json and ddp_options.json of what is kept, and report.html."""
+    def _write(self) -> bool:
+        """Rank 0: decision.json, plan.json and ddp_options.json of what is kept, and report.html;
+        whether they were written."""
         if self.entry is None:
-            return
+            return False
         from commsched.formats.io import plan_to_json, write_json
         from commsched.planners.stock_ddp import ddp_options_doc
 
         kept = self.plan if self.decision == "plan" else self.stock_plan
         if kept is None:  # decided without measuring (a short job, a comm hook, a failed plan): nothing to remember
-            return
+            return False
         doc = {**self.report(), "created": date.today().isoformat(), "plan": plan_to_json(kept)}
         write_json(self.entry / "plan.json", doc["plan"])
         write_json(self.entry / "ddp_options.json", ddp_options_doc(kept))
         write_json(self.entry / "decision.json", doc)
         if self.comparison is not None:
             self._write_report(doc)
+        return True
 
     def _write_report(self, doc: dict) -> None:
         from commsched.report.html import plan_section, validate_section, write_report
