@@ -152,7 +152,9 @@ def estimated_profile(model: str, batch_size: int, device: str, image_size: int 
     from commsched.profile.devices import device as lookup_device
 
     lookup_device(device)  # fail on a bad name before building a model
-    factory = ":" in model  # commsched.models.source.is_import_path, without importing torch
+    from commsched.models.names import is_import_path  # torch-free
+
+    factory = is_import_path(model)
     if not factory:
         check_zoo_model(model)
     with err_console().status(f"profiling {model} on the CPU (FLOPs and gradient ready order)"):

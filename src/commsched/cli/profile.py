@@ -57,7 +57,7 @@ def profile(model, batch_size, device, image_size, efficiency, measure, iters, w
             raise CommschedError("--efficiency sets estimated profiles' FLOP/s; --measure times the real steps")
         bounded("--iters", iters, MAX_STEPS, f"{MAX_STEPS:,}")
         bounded("--warmup", warmup, MAX_STEPS, f"{MAX_STEPS:,}", strict=False)
-        from commsched.models.source import is_import_path
+        from commsched.models.names import is_import_path
 
         kwargs = dict(device=device if given("device") else None, warmup=warmup, iters=iters, sequential=sequential, progress=True)
         if is_import_path(model):  # the user's own model: package.module:factory

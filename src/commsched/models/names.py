@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+def is_import_path(spec: str) -> bool:
+    """``package.module:factory`` (the user's own model) rather than a zoo name."""
+    return ":" in spec
+
+
 ZOO_MODELS: tuple[str, ...] = (
     "resnet18",
     "resnet50",

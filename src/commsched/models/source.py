@@ -25,11 +25,7 @@ from torch import nn
 
 from commsched.errors import CommschedError
 from commsched.models.inputs import Inputs, as_inputs, batch_of
-
-
-def is_import_path(spec: str) -> bool:
-    """``package.module:factory`` rather than a zoo name."""
-    return ":" in spec
+from commsched.models.names import is_import_path
 
 
 @dataclass

@@ -1053,9 +1053,9 @@ def profile_trace_file(
     (:func:`trace_params`) and the profile is named after the file (:func:`trace_label`).
     ``batch_size`` None records batch 1, a label only (the times are the traced steps' own);
     ``device`` None takes the trace's. A bad trace or an unknown model fails before torch is imported."""
-    from commsched.models.names import ZOO_MODELS
+    from commsched.models.names import ZOO_MODELS, is_import_path
 
-    factory = model is not None and ":" in model  # the is_import_path rule, without importing torch
+    factory = model is not None and is_import_path(model)
     if model is not None and not factory and model not in ZOO_MODELS:
         raise CommschedError(f"unknown model {model!r}; choose from {', '.join(ZOO_MODELS)}, or give package.module:factory")
     if model is None and image_size is not None:
