@@ -242,3 +242,48 @@ def test_a_memory_that_cannot_be_written_or_read_never_stops_training(tmp_path):
         assert first["bit_identical"] and first["from_memory"] is None and first["decision"] == "plan"
         assert again["from_memory"]  # the second run reads what the first wrote again
     assert "ignoring the remembered decision" in procs[0].stderr and "decision.json" in procs[0].stderr
+
+
+def _loops(tmp_path, case: str) -> list[dict]:
+    docs = results(run_workers("tune_loops.py", [case, str(tmp_path)]))
+    assert docs[0] == {**docs[1], "rank": 0}  # every rank follows rank 0
+    return docs
+
+
+def test_a_model_half_frozen_in_some_steps_ends_its_tuning_and_trains_as_stock_ddp(tmp_path):
+    """A GAN's discriminator frozen around the generator's step (requires_grad off): before, the
+    recorder failed on the frozen parameters and training stopped."""
+    (doc, _) = _loops(tmp_path, "frozen_half")
+    assert doc["same"]
+    assert doc["D"]["decision"] == "stock" and "the parameters that require a gradient changed after 1 steps" in doc["D"]["reason"]
+    assert doc["D"]["plan_steps"] == 0 and "(not remembered)" in doc["D"]["reason"]
+    assert doc["G"]["decision"] == "plan" and doc["G"]["plan_steps"] > 0  # the generator tunes as any model
+
+
+def test_a_parameter_no_step_uses_under_static_graph_keeps_stock_ddps_buckets(tmp_path):
+    """static_graph runs a parameter that never gets a gradient; a plan would leave it out of its
+    buckets (before: a CommschedError as the plan's DDP was built)."""
+    (doc, _) = _loops(tmp_path, "static_unused")
+    assert doc["same"] and doc["tuned"]["decision"] == "stock" and doc["tuned"]["plan_steps"] == 0
+    assert "2 trainable parameter(s) got no gradient in the recorded steps (extra.weight, extra.bias)" in doc["tuned"]["reason"]
+
+
+def test_a_comm_hook_registered_on_the_wrapper_takes_stock_ddps_buckets_whenever_it_comes(tmp_path):
+    """Before, a hook registered after a remembered plan was applied went to the wrapper's DDP while
+    the plan's ran the steps: the gradients were not those of stock DDP with the hook."""
+    (doc, _) = _loops(tmp_path, "hook")
+    kept, restart, calibrating = doc["runs"]
+    assert kept["decision"] == "plan"
+    assert restart["same"] and restart["from_memory"] and restart["decision"] == "stock" and "comm hook" in restart["reason"]
+    assert calibrating["same"] and calibrating["decision"] == "stock" and calibrating["plan_steps"] == 0
+    assert "comm hook was registered" in calibrating["reason"]
+
+
+def test_a_forced_decision_is_never_read_by_a_job_that_measures(tmp_path):
+    """keep="plan" keeps a plan measured slower; a measured job must not inherit it from memory."""
+    (doc, _) = _loops(tmp_path, "forced_memory")
+    forced, measured, again = doc["runs"]
+    assert all(r["same"] for r in doc["runs"])
+    assert forced["decision"] == "plan" and forced["from_memory"] is None
+    assert measured["from_memory"] is None and measured["decision"] == "stock" and measured["plan_steps"] == 0
+    assert again["from_memory"] and again["decision"] == "plan"  # the forced run's own memory

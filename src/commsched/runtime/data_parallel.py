@@ -149,6 +149,26 @@ class DataParallel(nn.parallel.DistributedDataParallel):
         target._divide_by_initial_world_size = getattr(self, "_divide_by_initial_world_size", True)
         return target(*inputs, **kwargs)
 
+    def register_comm_hook(self, state, hook):
+        """Stock DDP's, on the DDP forwards go to. While tuning, or after it kept a plan, the hook
+        ends that first (:meth:`~commsched.runtime.tune.Tuner.end_for_comm_hook`): stock DDP's default
+        buckets, as stock DDP with this hook has them."""
+        if self.tuner is None:
+            return super().register_comm_hook(state, hook)
+        self.tuner.end_for_comm_hook()
+        target = self.tuner.active  # None: this wrapper; with find_unused_parameters a DDP the tuner built
+        return super().register_comm_hook(state, hook) if target is None else target.register_comm_hook(state, hook)
+
+    def _register_builtin_comm_hook(self, comm_hook_type):
+        """As :meth:`register_comm_hook`, for torch's built-in hooks."""
+        if self.tuner is None:
+            return super()._register_builtin_comm_hook(comm_hook_type)
+        self.tuner.end_for_comm_hook()
+        target = self.tuner.active
+        if target is None:
+            return super()._register_builtin_comm_hook(comm_hook_type)
+        return target._register_builtin_comm_hook(comm_hook_type)
+
     def join_hook(self, **kwargs):
         """Stock DDP's join hook (uneven inputs), shadowing the DDP forwards go to once tuning ends.
 

@@ -187,8 +187,9 @@ class StepRecorder:
         self._ddp = weakref.ref(ddp)  # DDP holds this recorder (_commsched_recorder): weakly back
         self._records: list[StepRecord] = []
         self._pending: list[tuple] = []  # closed steps not yet made StepRecords (see _close)
-        named = [(n, p) for n, p in ddp.module.named_parameters() if p.requires_grad]
-        self._name_of = {id(p): n for n, p in named}
+        # every parameter by name: DDP's buckets hold those trainable when it was built, which a
+        # frozen half of the model (requires_grad off for a while) need not be now
+        self._name_of = {id(p): n for n, p in ddp.module.named_parameters()}
         self._order = tuple(order) if order is not None else None
         self._cuda = next(iter(ddp.module.parameters())).is_cuda
         self._armed = False
@@ -207,7 +208,7 @@ class StepRecorder:
         self._handles = [
             p.register_post_accumulate_grad_hook(self._make_ready_hook(n))
             for n, p in ddp.module.named_parameters()
-            if id(p) in self._name_of
+            if p.requires_grad
         ]
         self._handles.append(ddp.register_forward_pre_hook(self._on_forward_start))
         self._handles.append(ddp.register_forward_hook(self._on_forward_end))

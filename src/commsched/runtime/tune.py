@@ -83,7 +83,14 @@ from commsched.calibrate.trial import TrialRule, clear_lower, pair_ratios, speed
 from commsched.errors import CommschedError
 from commsched.planners.compare import plan_label, ranked_caps
 from commsched.runtime.collectives import broadcast_bytes, comm_device, gather_text, wait_until
-from commsched.runtime.ddp_plan import check_plan_fits, compilable, ddp_options, trainable_parameters, with_unused_parameters
+from commsched.runtime.ddp_plan import (
+    check_plan_fits,
+    compilable,
+    ddp_options,
+    trainable_parameters,
+    unused_parameters,
+    with_unused_parameters,
+)
 from commsched.types import Plan
 
 SCHEMA = "commsched.tune/v1"
@@ -341,6 +348,9 @@ class Tuner:
             return self.active
         if not self.backward_seen:  # the last counted forward had no backward: this one is the same step, on its DDP
             return self.active
+        if tuple(trainable_parameters(self.module)) != self.names:  # requires_grad changed (a GAN's frozen half, unfreezing)
+            self.end_for_trainable_change()
+            return self.active
         self.backward_seen = False
         self.clock.stamp()
         t = self._route_t0 = time.perf_counter()
@@ -369,12 +379,46 @@ class Tuner:
         is not remembered (no verdict was reached)."""
         if self.phase == "done":
             return
-        sync_buffers = self._running().require_forward_param_sync  # handed on, as route does between steps
         why = f"join() began after {self.step} steps, before tuning decided: a rank out of inputs shadows one DDP's collectives"
+        self._end_early(why, "join()", winner=True)
+
+    def end_for_trainable_change(self) -> None:
+        """End tuning, between steps, where the parameters that require a gradient are no longer
+        those the wrapper was built with: the DDPs tuning builds would reduce another set than the
+        one stock DDP's reducer holds. Stock DDP's default buckets stay, not remembered."""
+        now = set(trainable_parameters(self.module))
+        changed = sorted(now.symmetric_difference(self.names))
+        names = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+        why = (f"the parameters that require a gradient changed after {self.step} steps, before tuning decided ({names}): "
+               "stock DDP's reducer keeps the set it was built with")
+        self._end_early(why, "a change of requires_grad", winner=False)
+
+    def end_for_comm_hook(self) -> None:
+        """A comm hook is being registered on the wrapper: the hook issues the all-reduces, which
+        tuning neither records nor measures, so stock DDP's default buckets stay, whatever tuning
+        decided, read from memory or was still measuring; the hook goes on the DDP then in use
+        (:meth:`DataParallel.register_comm_hook`). Called between steps, as hooks are registered."""
+        why = "a comm hook was registered on the model (it issues the all-reduces, which tuning does not measure)"
+        if self.phase != "done":
+            self._end_early(why, "a comm hook", winner=False)
+        elif self.decision == "plan":
+            sync_buffers = self._running().require_forward_param_sync
+            self.decision, self.reason = "stock", why
+            self._switch("stock")
+            self.plan_ddp = None
+            self._running().require_forward_param_sync = sync_buffers
+            if self.rank == 0 and self.cfg.log:
+                print(f"commsched tune: back to stock DDP's default buckets: {why}", file=sys.stderr, flush=True)
+
+    def _end_early(self, why: str, what: str, *, winner: bool) -> None:
+        """End tuning before its decision, not remembered: with the plan measured fastest so far
+        against stock DDP's defaults where ``winner`` allows and a race has one, else stock DDP's
+        default buckets. The buffers' broadcast flag is handed on as :meth:`route` hands it."""
+        sync_buffers = self._running().require_forward_param_sync
         decision = "stock"
         if self.phase == "trial":  # the trial in progress has no verdict: its record says why
-            self.last_speedup, self.last_why = None, "ended by join() before its verdict"
-        if self.incumbent is not None:  # measured faster than stock DDP's defaults in its own trial
+            self.last_speedup, self.last_why = None, f"ended by {what} before its verdict"
+        if winner and self.incumbent is not None:  # measured faster than stock DDP's defaults in its own trial
             decision = self._keep_incumbent()
             why += ", so tuning ends with the plan measured fastest so far (not remembered)"
         else:
@@ -475,7 +519,11 @@ class Tuner:
             self._finish("stock", doc["reason"])
             return "stock"
         if not self.fresh_per_switch:
-            self.plan_ddp = self._new_ddp(self.plan)
+            try:
+                self.plan_ddp = self._new_ddp(self.plan)
+            except CommschedError as e:  # the same model on every rank: every rank stops here alike
+                self._finish("stock", f"{plan_label(self.plan)} cannot be applied to the model ({e}): tuning keeps stock DDP")
+                return "stock"
         self.phase = "trial"
         self.trial_plan = self.plan
         self.trial_start = self.step + cfg.rule.block  # one block of the plan first, not timed: DDP's rebuild
@@ -541,6 +589,10 @@ class Tuner:
         profile = model.profile
         if self.find_unused:
             profile = with_unused_parameters(profile, self.module, True)
+        elif unused := unused_parameters(profile, self.module):  # static_graph: DDP runs them, a plan would leave them out
+            names = ", ".join(unused[:3]) + (f" and {len(unused) - 3} more" if len(unused) > 3 else "")
+            return {"stop": f"{len(unused)} trainable parameter(s) got no gradient in the recorded steps ({names}) and DDP runs "
+                            "without find_unused_parameters: a plan's buckets would leave them out, so tuning keeps stock DDP's"}
         sem = semantics_for(self.backend, model.comm_slowdown)
         cluster = ClusterSpec(
             name=f"in-job-{self.world}x-{self.backend}", workers=self.world, allreduce=model.cost,
@@ -851,6 +903,8 @@ class Tuner:
             hosts = gather_text(socket.gethostname(), self.group, self.device, self.rank, cfg.timeout_s, "tuning's start")
             cluster = ",".join(f"{h}x{hosts.count(h)}" for h in sorted(set(hosts)))
         flags = {"find_unused_parameters": self.find_unused, **{k: repr(v) for k, v in sorted(self.ddp_kwargs.items())}}
+        if cfg.keep != "measured":  # a fixed outcome is not a measured one: a measured job must never read it
+            flags["keep"] = cfg.keep
         self.key = signature(self.module, self.world, self.backend, cluster, flags, cfg.strategy)
         memory = cfg.memory_dir()
         if memory is not None:
