@@ -249,11 +249,11 @@ class Bucket:
         if not self.tensors:
             raise CommschedError("a bucket must hold at least one tensor")
         object.__setattr__(self, "tensors", tuple(self.tensors))
-        _check_bytes(f"bucket {self.tensors[0]!r}.. bytes", self.bytes)
+        _check_bytes(f"bytes of the bucket from {self.tensors[0]!r}", self.bytes)
         if self.resources is not None:
             if not isinstance(self.resources, dict):
-                raise CommschedError(f"bucket {self.tensors[0]!r}.. resources must be an object or null, got {shown(self.resources)}")
-            check_json_values(f"bucket {self.tensors[0]!r}.. resources", self.resources)
+                raise CommschedError(f"resources of the bucket from {self.tensors[0]!r} must be an object or null, got {shown(self.resources)}")
+            check_json_values(f"resources of the bucket from {self.tensors[0]!r}", self.resources)
 
 
 @dataclass(frozen=True)

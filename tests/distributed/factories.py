@@ -47,3 +47,68 @@ class WithUnused(nn.Module):
 def with_unused():
     """No batch_size argument: the factory's own batch of 4."""
     return WithUnused(), torch.randn(4, 8, generator=torch.Generator().manual_seed(0)), lambda out: out.sum()
+
+
+# --- models a user may bring that commsched cannot plan, or plans with a note (tests/unit/test_user_model_errors.py)
+
+
+def key_in_loss(batch_size: int = 4):
+    """The loss reads a key the output has not: the user's own bug, reported with its line."""
+    return nn.Linear(8, 4), torch.randn(batch_size, 8), lambda out: {"hidden": out}["logits"].sum()
+
+
+class _Asserts(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 4)
+
+    def forward(self, x):
+        assert x.shape[1] == 9, "expected 9 features"
+        return self.lin(x)
+
+
+def asserts_in_forward(batch_size: int = 4):
+    return _Asserts(), torch.randn(batch_size, 8), lambda out: out.sum()
+
+
+class _SparseEmbedding(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(100, 8, sparse=True)
+        self.lin = nn.Linear(8, 1)
+
+    def forward(self, ids):
+        return self.lin(self.emb(ids))
+
+
+def sparse_embedding(batch_size: int = 4):
+    return _SparseEmbedding(), torch.randint(0, 100, (batch_size, 5), generator=torch.Generator().manual_seed(0)), lambda out: out.sum()
+
+
+class _Mixed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(16, 16)
+        self.b = nn.Linear(16, 16).to(torch.bfloat16)
+
+    def forward(self, x):
+        return self.b(self.a(x).to(torch.bfloat16)).float()
+
+
+def mixed_dtypes(batch_size: int = 4):
+    return _Mixed(), torch.randn(batch_size, 16), lambda out: out.sum()
+
+
+class _ListOfImages(nn.Module):
+    """Takes a list of tensors, as torchvision's detection models do: no tensor holds the batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, images):
+        return torch.stack([self.conv(x).mean() for x in images])
+
+
+def list_of_images(batch_size: int = 2, image_size: int = 16):
+    return _ListOfImages(), ([torch.randn(3, image_size, image_size) for _ in range(batch_size)],), lambda out: out.sum()

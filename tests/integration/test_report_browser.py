@@ -105,6 +105,7 @@ def test_plan_report(browser, tmp_path):
     # a tensor name that would end the data's <script> element if it were not escaped
     prof = json.loads(PROFILE.read_text())
     prof["tensors"][0]["name"] = HOSTILE
+    prof["optimizer_s"] = 0.002  # a measured update: the table gets its column, so its columns add up
     (tmp_path / "p.json").write_text(json.dumps(prof))
     _cli("plan", "--profile", str(tmp_path / "p.json"), "--cluster", str(CLUSTER), "--out", str(tmp_path / "o"))
     data = json.loads((tmp_path / "o" / "report-data.json").read_text())
@@ -119,6 +120,9 @@ def test_plan_report(browser, tmp_path):
     buckets = {s["name"]: s["buckets"] for s in data["strategies"]}
     shown = list(dict.fromkeys([data["recommended"]["strategy"], data["best"], "ddp"]))
     assert [t["strategy"] for t in data["timelines"]] == shown
+    heads = [h.text for h in _css(browser, "section#plan table.strategies thead th")]
+    assert heads[3:5] == ["non-overlapped comm ms", "optimizer ms"] and len(heads) == 8
+    assert [c.text for c in rows[0].find_elements("css selector", "td")][4] == "2.00"
     marked = _css(browser, "section#plan table.strategies tbody tr.best")
     assert [r.get_attribute("data-strategy") for r in marked] == [data["recommended"]["strategy"]]
     # one .allreduce per all-reduce of each shown timeline: the recommended plan's, the fastest's and DDP's

@@ -77,6 +77,7 @@ def layers(
         click.echo(f"{x.layer[:40]:40s} {len(x.tensors):7d} {x.bytes / 1e6:9.2f} {x.saved_s * 1e3:9.2f} {share}")
     if compared:
         click.echo(f"scaling factor (T_comp / T_iter) with {ranking.strategy}:")
-        click.echo(f"{'model':14s} " + " ".join(f"{n:>7d}" for n in sweep_workers))
+        width = max(14, *(len(m) for m in compared))  # whole names: import paths differ at their ends
+        click.echo(f"{'model':{width}s} " + " ".join(f"{n:>7d}" for n in sweep_workers))
         for m, row in compared.items():
-            click.echo(f"{m[:14]:14s} " + " ".join(f"{row[n]:7.3f}" for n in sweep_workers))
+            click.echo(f"{m:{width}s} " + " ".join(f"{row[n]:7.3f}" for n in sweep_workers))

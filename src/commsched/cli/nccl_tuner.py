@@ -28,7 +28,10 @@ def nccl_tuner(plan_path, out_dir, build) -> None:
         from commsched.formats.io import load_plan
 
         plan = load_plan(plan_path)
-        table = table_from_plan(plan)
+        try:
+            table = table_from_plan(plan)
+        except CommschedError as e:
+            raise CommschedError(f"{plan_path}: {e}") from e
         out.mkdir(parents=True, exist_ok=True)
         table_path.write_text(table_text(table, f"from {plan_path}: strategy {plan.strategy}, model {plan.model}"))
         set_ranges = sum(1 for r in table.ranges if r.channels)

@@ -90,7 +90,9 @@ def _print_comparison(cmp) -> None:
         ),
         title_justify="left",
     )
-    cols = ["strategy", "iteration ms", "compute ms", "non-overlapped comm ms", "scaling factor", "buckets", "speedup vs DDP"]
+    optimizer = p.optimizer_s > 0  # a measured profile's update: the columns then add up to the iteration
+    cols = ["strategy", "iteration ms", "compute ms", "non-overlapped comm ms", *(["optimizer ms"] if optimizer else []),
+            "scaling factor", "buckets", "speedup vs DDP"]
     if c.resources is not None:
         cols.append("resources")
     for col in cols:
@@ -103,6 +105,7 @@ def _print_comparison(cmp) -> None:
             f"{tl.iteration_s * 1e3:.2f}",
             f"{tl.compute_s * 1e3:.2f}",
             f"{tl.non_overlapped_comm_s * 1e3:.2f}",
+            *([f"{p.optimizer_s * 1e3:.2f}"] if optimizer else []),
             f"{r.scaling_factor:.3f}",
             str(len(r.plan.buckets)),
             f"{r.speedup_vs_ddp:.3f}x",

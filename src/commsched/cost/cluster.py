@@ -99,6 +99,12 @@ def cluster_from_json(doc: object) -> ClusterSpec:
             f"with {workers} workers (its time parameters are all 0); a measured or published "
             f"all-reduce costs time"
         )
+    free = [m for m in _REAL_BYTES if workers > 1 and allreduce.time_s(m) <= 0]
+    if free:  # fitted lines clipped at 0 s (a negative offset): every bucket a model has would be free
+        raise CommschedError(
+            f"cluster all-reduce model {doc['allreduce'].get('model')!r} takes 0 s for an all-reduce of {free[0] >> 20} MiB "
+            f"with {workers} workers (its time there is at most 0, clipped); a measured or published all-reduce costs time"
+        )
     resources = resources_from_json(doc["resources"], "cluster resources") if doc.get("resources") is not None else None
     return ClusterSpec(
         name=str(doc.get("name", "cluster")),
@@ -112,6 +118,7 @@ def cluster_from_json(doc: object) -> ClusterSpec:
 
 # Sizes at which a cluster file's all-reduce must cost something (one byte to a gigabyte).
 _PROBE_BYTES = (1, 1 << 10, 1 << 20, 1 << 30)
+_REAL_BYTES = (1 << 20, 1 << 30)  # sizes of real buckets: an all-reduce of these costs time
 
 
 def ring_link_from_fit(a_s: float, b_s_per_byte: float, workers: int) -> LinkParams:

@@ -302,11 +302,21 @@ def _trainable_parameters(module: nn.Module) -> list[tuple[str, nn.Parameter]]:
     return [(name, p) for name, p in module.named_parameters() if p.requires_grad]
 
 
+def sparse_error(name: str, sparse: Sequence[str]) -> str:
+    """Why a model with sparse gradients is not planned: DDP reduces each in a bucket of its own, of
+    the rows a step touched, where every cost and planner here is of dense gradients."""
+    names = ", ".join(sparse[:3]) + (f" and {len(sparse) - 3} more" if len(sparse) > 3 else "")
+    return (f"model {name!r} has {len(sparse)} sparse gradient(s) ({names}; nn.Embedding(sparse=True), say): DDP "
+            "all-reduces each in a bucket of its own, by the rows a step touched, and commsched plans dense "
+            "gradients only; make them dense (sparse=False) to plan the model")
+
+
 def inventory(
     module: nn.Module,
     example_inputs: Inputs,
     loss_fn: Callable[[object], torch.Tensor] | None = None,
     name: str = "model",
+    batch_size: int | None = None,
 ) -> ModelInventory:
     """Run one training step of ``module`` on ``example_inputs`` and list its gradient tensors.
 
@@ -317,7 +327,8 @@ def inventory(
     Tensors are listed in the order their post-accumulate-grad hooks fire. Trainable parameters
     (``requires_grad``) that receive no gradient in this backward (unused branches) are left out,
     as are frozen parameters; tied parameters appear once, under their first ``named_parameters``
-    name. ``forward_flops`` is for the batch in ``example_inputs`` (its first dimension).
+    name. ``forward_flops`` is for ``batch_size`` samples, by default the batch in ``example_inputs`` (the
+    first dimension of its first tensor).
 
     FLOP attribution (OSF Eq. 6 then charges 2x each tensor's forward FLOPs to the backward compute
     just before it becomes ready):
@@ -337,7 +348,7 @@ def inventory(
     if not isinstance(module, nn.Module):
         raise CommschedError(f"inventory needs a torch.nn.Module, got {type(module).__name__}")
     example_inputs = as_inputs(example_inputs)
-    batch_size = _batch_size(example_inputs)
+    batch_size = _batch_size(example_inputs, name) if batch_size is None else batch_size
     params = _trainable_parameters(module)
     if not params:
         raise CommschedError(f"model {name!r} has no trainable parameters")
@@ -367,9 +378,12 @@ def inventory(
             total_flops = counter.get_total_flops()
             loss = loss_fn(output)
             if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-                raise CommschedError(f"loss_fn must return a scalar tensor for {name!r}, got {type(loss).__name__}")
+                raise CommschedError(f"loss_fn must return a scalar tensor for {name!r}, got {type(loss).__name__}"
+                                     + (f" of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else ""))
             loss.backward()
-
+            sparse = [n for n, p in params if p.grad is not None and p.grad.is_sparse]
+    if sparse:
+        raise CommschedError(sparse_error(name, sparse))
     if not ready:
         raise CommschedError(f"no parameter of {name!r} received a gradient in the backward pass")
     # Hooks fire once per parameter per backward; keep the first firing should one repeat.
@@ -405,10 +419,13 @@ def _kernels_or_none(recorder: KernelRecorder, total_flops: int) -> tuple[Kernel
     return kernels if sum(k.flops for k in kernels) == total_flops else ()
 
 
-def _batch_size(example_inputs: Inputs) -> int:
+def _batch_size(example_inputs: Inputs, name: str) -> int:
     batch = batch_of(example_inputs)
     if batch is None:
-        raise CommschedError("example_inputs holds no tensor with a batch dimension")
+        raise CommschedError(
+            f"the example inputs of {name!r} hold no tensor with a batch dimension to read the batch from (a list of "
+            "tensors is not read): give its factory a batch_size argument"
+        )
     return batch
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -46,9 +46,15 @@ def _failed(what: str, e: BaseException) -> CommschedError:
     """One line for an exception raised in the user's code: its type, message and where it came from."""
     import traceback
 
+    import os
+
     frames = traceback.extract_tb(e.__traceback__)
-    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
-    return CommschedError(f"{what}: {type(e).__name__}: {e}{where}")
+    ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    theirs = [f for f in frames if "site-packages" not in f.filename and not os.path.abspath(f.filename).startswith(ours)]
+    at = (theirs or frames)[-1:]  # the user's own line where there is one, not torch's
+    where = f" (at {at[0].filename}:{at[0].lineno})" if at else ""
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return CommschedError(f"{what}: {type(e).__name__}{': ' + first if first else ''}{where}")
 
 
 def load_factory(spec: str) -> Callable:
@@ -125,6 +131,38 @@ def ignored_note(spec: str, built: Built, batch_size: int | None, image_size: in
             f"(batch {built.batch_size}), not {flags}")
 
 
+def no_gradient(model: nn.Module, have: Iterable[str]) -> list[str]:
+    """The parameters DDP would reduce (trainable, with elements, not in DDP's ignore list) that are
+    not among ``have``, the gradients one step produced."""
+    ignored = set(getattr(model, "_ddp_params_and_buffers_to_ignore", ()) or ())
+    got = set(have)
+    return [n for n, p in model.named_parameters() if p.requires_grad and p.numel() and n not in ignored and n not in got]
+
+
+def check_every_gradient(spec: str, model: nn.Module, have: Iterable[str], what: str) -> None:
+    """An error naming the trainable parameters that got no gradient from the example inputs: ``what``
+    (a plan, validate) assumes DDP without ``find_unused_parameters``, whose buckets wait for every one."""
+    unused = no_gradient(model, have)
+    if unused:
+        names = ", ".join(unused[:3]) + (f" and {len(unused) - 3} more" if len(unused) > 3 else "")
+        raise CommschedError(
+            f"{len(unused)} trainable parameter(s) of {spec} got no gradient from its example inputs ({names}): {what} "
+            "assumes DDP without find_unused_parameters, so every trainable parameter must get one (freeze the unused ones, "
+            "or let the job plan itself: commsched.DataParallel(model, tune=True, find_unused_parameters=True), or "
+            "commsched.plan_for(..., find_unused_parameters=True))"
+        )
+
+
+def dtypes_note(spec: str, dtypes: Iterable[str]) -> str:
+    """A note where gradients have several dtypes: DDP buckets each apart, which the planners do not
+    model (docs/limitations.md), or "" where they share one."""
+    kinds = sorted(set(dtypes))
+    if len(kinds) < 2:
+        return ""
+    return (f"note: {spec}'s gradients have {len(kinds)} dtypes ({', '.join(kinds)}): stock DDP buckets each dtype "
+            "apart, which the plans and the ddp row here do not model (ddp_options warns where a plan's bucket mixes them)")
+
+
 def forked_rng() -> contextlib.AbstractContextManager:
     """torch's generators (the CPU's and every visible GPU's) restored on exit: :func:`build` seeds
     them, and a library call must leave its caller's draws as they were."""
@@ -145,6 +183,5 @@ def runs_on(spec: str, inputs: Inputs) -> Iterator[None]:
         yield
     except CommschedError:
         raise
-    except (RuntimeError, ValueError, TypeError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CommschedError(f"model {spec!r} failed on its example inputs: {first}") from e
+    except Exception as e:  # noqa: BLE001 - the user's forward or loss failed, whatever it raised: say where
+        raise _failed(f"model {spec!r} failed on its example inputs", e) from e

@@ -226,10 +226,11 @@ def runs_on(name: str, inputs: tuple[torch.Tensor, ...]) -> Iterator[None]:
         yield
     except CommschedError:
         raise  # already says what was wrong (a CommschedError is a ValueError)
-    except (RuntimeError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 - torchvision asserts, too (vit_b_16's image size): name it all
         shape = "x".join(str(d) for d in inputs[0].shape) if inputs else "no input"
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CommschedError(f"zoo model {name!r} cannot train on an input of shape {shape}: {first}") from e
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        kind = "" if isinstance(e, RuntimeError | ValueError) else f"{type(e).__name__}: "
+        raise CommschedError(f"zoo model {name!r} cannot train on an input of shape {shape}: {kind}{first}".rstrip(": ")) from e
 
 
 def training_loss(name: str, output: object) -> torch.Tensor:

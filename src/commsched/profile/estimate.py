@@ -149,6 +149,11 @@ def estimate_profile(
         gradient_bytes(1, dtype)  # names a bad dtype before any work
     if not math.isfinite(dev.peak_flops) or dev.peak_flops <= 0:
         raise CommschedError(f"device {dev.name!r} peak_flops must be > 0, got {dev.peak_flops!r}")
+    if inv.forward_flops <= 0:  # elementwise layers only: FLOPs cannot spread any compute over the gradients
+        raise CommschedError(
+            f"model {inv.model!r} has no FLOPs torch's counter sees (no matrix products or convolutions), so its "
+            "compute cannot be estimated from FLOPs; measure its profile instead (commsched profile --measure)"
+        )
     r = flop_rate_ratio(inv, dev, batch_size) if flop_rate is None else flop_rate
 
     achieved_flops_per_s = c * float(r) * dev.peak_flops

@@ -26,7 +26,7 @@ from torch import nn
 from commsched.errors import CommschedError
 from commsched.report.progress import progress as progress_bar
 from commsched.models.inputs import Inputs, as_inputs, batch_of, call_with
-from commsched.models.inventory import remove_all, restored_state, sum_of_means
+from commsched.models.inventory import remove_all, restored_state, sparse_error, sum_of_means
 from commsched.types import ModelProfile, TensorSpec
 
 __all__ = ["measure_device", "measure_factory_profile", "measure_profile", "measure_zoo_profile"]
@@ -220,6 +220,8 @@ def measure_profile(
                     loss.backward()
                 del loss
                 clock.finish()
+                if step == 0 and (sparse := [n for n, p in params if p.grad is not None and p.grad.is_sparse]):
+                    raise CommschedError(sparse_error(name, sparse))
                 if step >= warmup:
                     forward_samples.append(clock.seconds(start, backward_start))
                     # Hooks fire once per parameter per backward; keep the first firing should one repeat.
@@ -363,7 +365,7 @@ def measure_factory_profile(
     a mismatch is an error saying so). Returns the profile and a note naming the options the
     factory did not take (else "")."""
     from commsched.models.inputs import moved
-    from commsched.models.source import build, forked_rng, ignored_note, runs_on
+    from commsched.models.source import build, check_every_gradient, dtypes_note, forked_rng, ignored_note, runs_on
 
     target = measure_device(device)
     with forked_rng():
@@ -386,4 +388,7 @@ def measure_factory_profile(
                     "holds were not; give the factory a device argument, or measure with --device cpu)"
                 ) from e
             raise
-    return profile, ignored_note(spec, built, batch_size, image_size)
+    check_every_gradient(spec, model, profile.names, "a plan made here")
+    dtypes = {n: str(p.dtype).removeprefix("torch.") for n, p in model.named_parameters()}
+    notes = [ignored_note(spec, built, batch_size, image_size), dtypes_note(spec, (dtypes[n] for n in profile.names))]
+    return profile, "\n".join(n for n in notes if n)

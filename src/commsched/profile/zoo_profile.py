@@ -78,12 +78,14 @@ def factory_profile(
     ``INVENTORY_BATCH`` samples where the factory takes a ``batch_size``, else at its own inputs'
     batch, and its FLOPs are scaled to ``batch_size``. ``dtype`` None keeps the model's own gradient
     bytes. Returns the profile and a note naming an ``image_size`` the factory did not take (else "")."""
-    from commsched.models.source import build, forked_rng, ignored_note, runs_on
+    from commsched.models.source import build, check_every_gradient, dtypes_note, forked_rng, ignored_note, runs_on
 
     dev = device(device_name)
     with forked_rng():
         built = build(spec, INVENTORY_BATCH, image_size)
         with runs_on(spec, built.inputs):
-            inv = inventory(built.model, built.inputs, loss_fn=built.loss_fn, name=spec)
+            inv = inventory(built.model, built.inputs, loss_fn=built.loss_fn, name=spec, batch_size=built.batch_size)
+    check_every_gradient(spec, built.model, (t.name for t in inv.tensors), "a plan made here")
     c = CALIBRATED_EFFICIENCY if efficiency is None else efficiency
-    return estimate_profile(inv, dev, batch_size, efficiency=c, dtype=dtype), ignored_note(spec, built, None, image_size)
+    notes = [ignored_note(spec, built, None, image_size), "" if dtype else dtypes_note(spec, (t.dtype for t in inv.tensors))]
+    return estimate_profile(inv, dev, batch_size, efficiency=c, dtype=dtype), "\n".join(n for n in notes if n)

@@ -218,7 +218,9 @@ def semantics_from_json(doc: object, where: str = "semantics") -> Semantics:
         raise CommschedError(f"{where}: expected an object, got {type(doc).__name__}")
     unknown = set(doc) - set(Semantics.__dataclass_fields__)
     if unknown:
-        raise CommschedError(f"{where}: unknown field {sorted(unknown)[0]!r}")
+        other = doc.get("schema")  # another of commsched's files given: say which, not just its first field
+        raise CommschedError(f"{where}: unknown field {sorted(unknown)[0]!r}"
+                             + (f"; this is a {other} file, not the semantics.json validate writes" if isinstance(other, str) else ""))
     try:
         doc = dict(doc)
         for key in ("under_compute", "launch_factor_points"):

@@ -291,16 +291,10 @@ def profile_phase(job: Job) -> Before:
     job.say(f"1/5 measuring the profile of {cfg.model} on every rank, inside stock DDP training steps")
     with runs_on(cfg.model, job.inputs):
         order = measure_profile(job.base, job.inputs, job.loss_fn, name=cfg.model, batch_size=cfg.batch_size, warmup=1, iters=2)
-    from commsched.runtime.ddp_plan import unused_parameters
+    from commsched.models.source import check_every_gradient
 
-    unused = unused_parameters(order, job.base)
-    if unused:  # every rank measured the same model on the same inputs: every rank stops here alike
-        names = ", ".join(unused[:3]) + (f" and {len(unused) - 3} more" if len(unused) > 3 else "")
-        raise CommschedError(
-            f"{len(unused)} trainable parameter(s) of {cfg.model} got no gradient from its example inputs ({names}): validate "
-            f"runs DDP without find_unused_parameters, so every trainable parameter must get one (freeze the unused ones, "
-            f"or tune the job itself: commsched.DataParallel(model, tune=True, find_unused_parameters=True))"
-        )
+    # every rank measured the same model on the same inputs: every rank stops here alike
+    check_every_gradient(cfg.model, job.base, order.names, "validate")
     job.base.zero_grad(set_to_none=True)  # its gradients are nobody's now (the models share its weights only)
     runner = ProfileStepRunner(order, job.shared, job.inputs, job.loss_fn)
     for i in range(cfg.profile_iters + 2):
