@@ -150,3 +150,32 @@ def test_at_exit_the_tuners_own_ddps_are_let_go_while_python_runs():
     finally:
         atexit.register = real_register
         dist.destroy_process_group()
+
+
+def test_hooks_ddp_registers_as_it_is_built_and_hooks_it_refuses_leave_tuning_as_it_is(monkeypatch):
+    """DDP's own __init__ registers a comm hook for ``mixed_precision``, before the wrapper has a
+    tuner (before: AttributeError); a hook DDP refuses is refused before tuning ends for it."""
+    import pytest
+
+    from commsched.calibrate.trial import TrialRule
+    from commsched.runtime.data_parallel import DataParallel
+    from commsched.runtime.tune import TuneConfig
+
+    got = []
+    monkeypatch.setattr(nn.parallel.DistributedDataParallel, "register_comm_hook", lambda self, state, hook: got.append(hook))
+    building = DataParallel.__new__(DataParallel)  # as inside DDP's __init__: no tuner attribute yet
+    building.register_comm_hook(None, print)
+    assert got == [print]
+    monkeypatch.undo()
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+        cfg = TuneConfig(strategy="wfbp", keep="plan", min_gain=0.0, max_cost=0.9, warmup_steps=2, calibration_steps=3, cache_dir="",
+                         rule=TrialRule(block=1, min_pairs_reject=2, min_pairs_keep=2, max_pairs=4), log=False)
+        dp = DataParallel(model, tune=cfg)
+        with pytest.raises(TypeError, match="must be callable"):  # DDP's own check of the hook
+            dp.register_comm_hook(None, 3)
+        assert dp.tuning["phase"] == "warmup" and dp.tuning["decision"] is None
+    finally:
+        dist.destroy_process_group()

@@ -129,3 +129,9 @@ def test_a_scalar_loss_is_asked_for_with_the_shape_it_got():
 
     with pytest.raises(CommschedError, match=r"got Tensor of shape \(4, 2\)"):
         inventory(nn.Linear(3, 2), torch.randn(4, 3), lambda out: out, name="m")
+
+
+def test_a_file_an_editor_saved_with_a_byte_order_mark_is_read(tmp_path):
+    (tmp_path / "p.json").write_bytes(b"\xef\xbb\xbf" + open("tests/data/tiny-profile.json", "rb").read())
+    code, _, err = run_cli("plan", "--profile", str(tmp_path / "p.json"), "--cluster", "tests/data/tiny-cluster.json", "--out", str(tmp_path / "o"))
+    assert code == 0, err

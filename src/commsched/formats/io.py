@@ -43,7 +43,7 @@ def parse_json(raw: bytes, p: Path, expected: str) -> object:
     """``raw`` (UTF-8 JSON read from ``p``) parsed; every way it can be malformed is an error that
     names ``p``."""
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # a byte-order mark (some Windows editors write one) is not JSON: drop it
     except UnicodeDecodeError as e:
         raise CommschedError(f"{p}: not UTF-8 text (byte {e.start}); expected {expected}") from None
     try:

@@ -47,10 +47,15 @@ def _failed(what: str, e: BaseException) -> CommschedError:
     import traceback
 
     import os
+    import sysconfig
 
     frames = traceback.extract_tb(e.__traceback__)
-    ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    theirs = [f for f in frames if "site-packages" not in f.filename and not os.path.abspath(f.filename).startswith(ours)]
+    # not the user's: commsched's own frames, torch's, the standard library's and installed packages'
+    paths = sysconfig.get_paths()
+    libraries = {os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.path.dirname(os.path.abspath(torch.__file__)),
+                 *(os.path.abspath(paths[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths)}
+    prefixes = tuple(p + os.sep for p in libraries)
+    theirs = [f for f in frames if not os.path.abspath(f.filename).startswith(prefixes) and "-packages" + os.sep not in f.filename]
     at = (theirs or frames)[-1:]  # the user's own line where there is one, not torch's
     where = f" (at {at[0].filename}:{at[0].lineno})" if at else ""
     first = str(e).strip().splitlines()[0] if str(e).strip() else ""
@@ -139,17 +144,18 @@ def no_gradient(model: nn.Module, have: Iterable[str]) -> list[str]:
     return [n for n, p in model.named_parameters() if p.requires_grad and p.numel() and n not in ignored and n not in got]
 
 
-def check_every_gradient(spec: str, model: nn.Module, have: Iterable[str], what: str) -> None:
+def check_every_gradient(spec: str, model: nn.Module, have: Iterable[str], what: str, plan_for: bool = True) -> None:
     """An error naming the trainable parameters that got no gradient from the example inputs: ``what``
-    (a plan, validate) assumes DDP without ``find_unused_parameters``, whose buckets wait for every one."""
+    (a plan, validate) assumes DDP without ``find_unused_parameters``, whose buckets wait for every
+    one; the way out names ``plan_for`` where a plan is what was asked for."""
     unused = no_gradient(model, have)
     if unused:
         names = ", ".join(unused[:3]) + (f" and {len(unused) - 3} more" if len(unused) > 3 else "")
         raise CommschedError(
             f"{len(unused)} trainable parameter(s) of {spec} got no gradient from its example inputs ({names}): {what} "
             "assumes DDP without find_unused_parameters, so every trainable parameter must get one (freeze the unused ones, "
-            "or let the job plan itself: commsched.DataParallel(model, tune=True, find_unused_parameters=True), or "
-            "commsched.plan_for(..., find_unused_parameters=True))"
+            "or tune the job itself: commsched.DataParallel(model, tune=True, find_unused_parameters=True)"
+            + (", or plan in it: commsched.plan_for(..., find_unused_parameters=True))" if plan_for else ")")
         )
 
 

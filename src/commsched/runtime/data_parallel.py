@@ -153,18 +153,21 @@ class DataParallel(nn.parallel.DistributedDataParallel):
         """Stock DDP's, on the DDP forwards go to. While tuning, or after it kept a plan, the hook
         ends that first (:meth:`~commsched.runtime.tune.Tuner.end_for_comm_hook`): stock DDP's default
         buckets, as stock DDP with this hook has them."""
-        if self.tuner is None:
+        tuner = self.__dict__.get("tuner")  # None too inside DDP's __init__, which registers one for mixed_precision
+        if tuner is None:
             return super().register_comm_hook(state, hook)
-        self.tuner.end_for_comm_hook()
-        target = self.tuner.active  # None: this wrapper; with find_unused_parameters a DDP the tuner built
+        self._check_comm_hook(hook)  # a hook DDP would refuse leaves tuning as it is
+        tuner.end_for_comm_hook()
+        target = tuner.active  # None: this wrapper; with find_unused_parameters a DDP the tuner built
         return super().register_comm_hook(state, hook) if target is None else target.register_comm_hook(state, hook)
 
     def _register_builtin_comm_hook(self, comm_hook_type):
         """As :meth:`register_comm_hook`, for torch's built-in hooks."""
-        if self.tuner is None:
+        tuner = self.__dict__.get("tuner")
+        if tuner is None:
             return super()._register_builtin_comm_hook(comm_hook_type)
-        self.tuner.end_for_comm_hook()
-        target = self.tuner.active
+        tuner.end_for_comm_hook()
+        target = tuner.active
         if target is None:
             return super()._register_builtin_comm_hook(comm_hook_type)
         return target._register_builtin_comm_hook(comm_hook_type)

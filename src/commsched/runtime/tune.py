@@ -387,10 +387,14 @@ class Tuner:
         those the wrapper was built with: the DDPs tuning builds would reduce another set than the
         one stock DDP's reducer holds. Stock DDP's default buckets stay, not remembered."""
         now = set(trainable_parameters(self.module))
-        changed = sorted(now.symmetric_difference(self.names))
-        names = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
-        why = (f"the parameters that require a gradient changed after {self.step} steps, before tuning decided ({names}): "
-               "stock DDP's reducer keeps the set it was built with")
+
+        def listed(names: list[str]) -> str:
+            return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+        parts = [f"{what} {listed(names)}" for what, names in (("frozen:", sorted(set(self.names) - now)), ("unfrozen:", sorted(now - set(self.names))))
+                 if names]
+        why = (f"the parameters that require a gradient changed after {self.step} step{'s' if self.step != 1 else ''}, before tuning "
+               f"decided ({'; '.join(parts)}): stock DDP's reducer keeps the set it was built with")
         self._end_early(why, "a change of requires_grad", winner=False)
 
     def end_for_comm_hook(self) -> None:
@@ -646,16 +650,36 @@ class Tuner:
 
     def _new_ddp(self, plan) -> nn.parallel.DistributedDataParallel:
         """Stock DDP over the wrapper's module with ``plan``'s caps (None: DDP's defaults), the user's
-        other DDP arguments, no second broadcast of the weights."""
+        other DDP arguments, no second broadcast of the weights; over the parameters that required a
+        gradient when the wrapper was built (:meth:`_as_built`), as the wrapper's own reducer holds."""
         opts: dict = {"find_unused_parameters": self.find_unused}
-        if plan is not None:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                opts = ddp_options(plan, self.module, find_unused_parameters=self.find_unused, static_graph=bool(self.ddp_kwargs.get("static_graph")))
-            self.summary["inexact"] = [str(w.message) for w in caught]
-            opts.setdefault("find_unused_parameters", self.find_unused)
-        kwargs = {k: v for k, v in self.ddp_kwargs.items() if k not in opts}
-        return compilable(nn.parallel.DistributedDataParallel(self.module, process_group=self.group, init_sync=False, **kwargs, **opts))
+        with self._as_built():
+            if plan is not None:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    opts = ddp_options(plan, self.module, find_unused_parameters=self.find_unused, static_graph=bool(self.ddp_kwargs.get("static_graph")))
+                self.summary["inexact"] = [str(w.message) for w in caught]
+                opts.setdefault("find_unused_parameters", self.find_unused)
+            kwargs = {k: v for k, v in self.ddp_kwargs.items() if k not in opts}
+            return compilable(nn.parallel.DistributedDataParallel(self.module, process_group=self.group, init_sync=False, **kwargs, **opts))
+
+    @contextlib.contextmanager
+    def _as_built(self):
+        """The module's ``requires_grad`` flags as they were when the wrapper was built, restored on
+        exit: DDP takes the parameters that require a gradient as it is built, and a DDP tuning builds
+        after the loop froze or unfroze some (ending tuning on stock DDP, with
+        ``find_unused_parameters``) must reduce what stock DDP's reducer does, not what is trainable
+        at that step (a frozen half left out of it for good, or no parameter at all)."""
+        ignored = set(getattr(self.module, "_ddp_params_and_buffers_to_ignore", ()) or ())
+        built = set(self.names)
+        changed = [p for n, p in self.module.named_parameters() if n not in ignored and p.requires_grad != (n in built)]
+        for p in changed:
+            p.requires_grad_(not p.requires_grad)
+        try:
+            yield
+        finally:
+            for p in changed:
+                p.requires_grad_(not p.requires_grad)
 
     # --- phase 4: the trial ----------------------------------------------------------------------
 
@@ -924,6 +948,10 @@ class Tuner:
                         if (not isinstance(doc, dict) or doc.get("schema") != SCHEMA or doc.get("decision") not in _DECISIONS
                                 or doc.get("key") != self.key or not isinstance(doc.get("plan"), dict) or not isinstance(doc.get("reason"), str)):
                             raise ValueError("not a decision of this job")
+                        # written before keep was in the key: a forced outcome says so in its reason
+                        keep = doc.get("keep", "forced" if "as asked (keep=" in doc["reason"] else "measured")
+                        if keep != cfg.keep:
+                            raise ValueError(f"decided with keep={keep!r}, not {cfg.keep!r}")
                         check_plan_fits(plan_from_json(doc["plan"], where=str(f)), trainable_parameters(self.module))
                     except (OSError, ValueError, CommschedError) as e:  # the memory is a cache: tune again
                         warnings.warn(f"commsched tune: ignoring the remembered decision {f} ({e}); tuning again", stacklevel=4)
@@ -949,7 +977,7 @@ class Tuner:
         kept = self.plan if self.decision == "plan" else self.stock_plan
         if kept is None:  # decided without measuring (a short job, a comm hook, a failed plan): nothing to remember
             return False
-        doc = {**self.report(), "created": date.today().isoformat(), "plan": plan_to_json(kept)}
+        doc = {**self.report(), "keep": self.cfg.keep, "created": date.today().isoformat(), "plan": plan_to_json(kept)}
         write_json(self.entry / "plan.json", doc["plan"])
         write_json(self.entry / "ddp_options.json", ddp_options_doc(kept))
         write_json(self.entry / "decision.json", doc)

@@ -8,6 +8,11 @@ argv: CASE CACHE_DIR
   discriminator's tuning ends with stock DDP's buckets at the first change, the generator's tunes.
 - static_unused: a parameter no step uses, under static_graph=True (no find_unused_parameters):
   a plan's buckets would leave it out, so tuning keeps stock DDP's after calibrating.
+- frozen_in_trial: as frozen_half, with find_unused_parameters, the first freeze inside the trial
+  (the tuner's own DDP in use): a layer frozen for one extra step, then the whole model frozen
+  under a generator-like step whose input requires a gradient. The stock DDP tuning ends on must
+  hold every parameter stock DDP's does (before: a layer left out of it for good, ranks drifting
+  apart, or no parameter at all and an error in the forward).
 - hook: a comm hook registered right after wrapping, on a restart that reads a remembered plan, and
   during calibration: stock DDP's buckets with the hook, as stock DDP with the same hook has them.
 - forced_memory: a decision forced with keep="plan" is remembered, and a job that measures does
@@ -94,6 +99,25 @@ def plain(wrap, rank: int, hook_at: int | None = None, **ddp_kwargs) -> tuple[nn
     return model, w
 
 
+def frozen_in_trial(wrap, rank: int) -> nn.Module:
+    model = mlp(8, 32, 32, 1)
+    w = wrap(model, find_unused_parameters=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    for step in range(STEPS):
+        g = torch.Generator().manual_seed(1000 * step + rank)
+        x = torch.randn(8, 8, generator=g, requires_grad=True)
+        opt.zero_grad()
+        w(x.detach()).sum().backward()
+        opt.step()
+        if step in (8, 9):  # inside the trial (2 warm-up, 3 calibration steps, then the plan's)
+            model[0].requires_grad_(False) if step == 8 else model.requires_grad_(False)
+            opt.zero_grad()
+            w(x).sum().backward()  # step 9: a gradient for x only, as a generator's through a frozen critic
+            opt.step()
+            model.requires_grad_(True)
+    return model, w
+
+
 def report(w) -> dict:
     t = w.tuning
     return {"decision": t["decision"], "reason": t["reason"], "from_memory": t.get("from_memory"), "plan_steps": t["steps_by_variant"]["plan"]}
@@ -108,6 +132,10 @@ def main() -> None:
         G0, D0, _ = gan(lambda m, **kw: DDP(m, **kw), rank)
         G, D, (Gw, Dw) = gan(lambda m, **kw: DataParallel(m, tune=config(), **kw), rank)
         out |= {"same": same(G, G0) and same(D, D0), "G": report(Gw), "D": report(Dw)}
+    elif CASE == "frozen_in_trial":
+        ref, _ = frozen_in_trial(lambda m, **kw: DDP(m, **kw), rank)
+        model, w = frozen_in_trial(lambda m, **kw: DataParallel(m, tune=config(), **kw), rank)
+        out |= {"same": same(model, ref), "tuned": report(w), "sum": sum(float(p.sum()) for p in model.parameters())}
     elif CASE == "static_unused":
         ref, _ = plain(lambda m, **kw: DDP(m, **kw), rank, static_graph=True)
         model, w = plain(lambda m, **kw: DataParallel(m, tune=config(), **kw), rank, static_graph=True)
@@ -125,10 +153,26 @@ def main() -> None:
     elif CASE == "forced_memory":
         ref, _ = plain(lambda m, **kw: DDP(m, **kw), rank)
         runs = []
-        for keep in ("plan", "measured", "plan"):  # a measured job with a min gain no plan reaches: it tries none
+        import json
+        import time
+
+        import torch.distributed as dist
+
+        entries = {}
+        for keep in ("plan", "measured", "plan", "measured"):  # a measured job with a min gain no plan reaches: it tries none
             cfg = config(keep=keep, min_gain=0.0 if keep == "plan" else 0.9)
             model, w = plain(lambda m, **kw: DataParallel(m, tune=cfg, **kw), rank)
             runs.append({"same": same(model, ref), **report(w)})
+            entries[keep] = w.tuner.entry
+            if len(runs) == 3 and rank == 0:
+                # as an earlier version wrote it: the forced decision under the measured key, no "keep" field
+                doc = json.loads((entries["plan"] / "decision.json").read_text())
+                doc.pop("keep")
+                doc["key"] = entries["measured"].name
+                (entries["measured"] / "decision.json").write_text(json.dumps(doc))
+            if len(runs) == 3:
+                dist.barrier()
+                time.sleep(0.1)
         out["runs"] = runs
     else:
         raise SystemExit(f"unknown case {CASE!r}")

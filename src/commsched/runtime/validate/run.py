@@ -294,7 +294,7 @@ def profile_phase(job: Job) -> Before:
     from commsched.models.source import check_every_gradient
 
     # every rank measured the same model on the same inputs: every rank stops here alike
-    check_every_gradient(cfg.model, job.base, order.names, "validate")
+    check_every_gradient(cfg.model, job.base, order.names, "validate", plan_for=False)
     job.base.zero_grad(set_to_none=True)  # its gradients are nobody's now (the models share its weights only)
     runner = ProfileStepRunner(order, job.shared, job.inputs, job.loss_fn)
     for i in range(cfg.profile_iters + 2):
