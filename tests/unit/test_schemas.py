@@ -63,7 +63,7 @@ def test_dataclasses_refuse_numbers_no_input_can_mean():
         (lambda: TensorSpec("w", 4, 10**400), "an integer of about 401 digits"),
         (lambda: Prediction(float("nan"), 0.0, 0.0, 0.0), "predicted iteration_s must be a finite number"),
         (lambda: Plan("s", "m", (Bucket(("w",), 4),), params={"x": [float("inf")]}), "non-finite"),
-        (lambda: Bucket(("w",), 4, resources=5), "resources must be an object or null"),
+        (lambda: Bucket(("w",), 4, resources=5), "resources of the bucket from 'w' must be an object or null"),
     ]:
         with pytest.raises(CommschedError, match=needle):
             make()

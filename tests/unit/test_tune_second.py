@@ -421,6 +421,7 @@ def test_the_plan_doc_names_the_race_caps_first_caps_the_model_ranks(monkeypatch
     t = object.__new__(Tuner)
     t.cfg = TuneConfig(strategy="wfbp", min_gain=0.0, race_caps=race_caps, log=False)
     t.find_unused, t.backend, t.world, t.module, t.sizes = False, "gloo", 2, object(), {}
+    t.ddp_kwargs = {}
     t.cost_s = lambda: 0.0
     t.budget_s = lambda: 1.0
     doc = t._plan_doc([], [], [])

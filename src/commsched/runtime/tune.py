@@ -593,7 +593,9 @@ class Tuner:
         profile = model.profile
         if self.find_unused:
             profile = with_unused_parameters(profile, self.module, True)
-        elif unused := unused_parameters(profile, self.module):  # static_graph: DDP runs them, a plan would leave them out
+        # only static_graph runs DDP without find_unused_parameters over parameters a step leaves
+        # without a gradient (else DDP itself stops at the next step): a plan would leave them out
+        elif self.ddp_kwargs.get("static_graph") and (unused := unused_parameters(profile, self.module)):
             names = ", ".join(unused[:3]) + (f" and {len(unused) - 3} more" if len(unused) > 3 else "")
             return {"stop": f"{len(unused)} trainable parameter(s) got no gradient in the recorded steps ({names}) and DDP runs "
                             "without find_unused_parameters: a plan's buckets would leave them out, so tuning keeps stock DDP's"}
