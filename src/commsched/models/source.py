@@ -44,10 +44,9 @@ class Built:
 
 def _failed(what: str, e: BaseException) -> CommschedError:
     """One line for an exception raised in the user's code: its type, message and where it came from."""
-    import traceback
-
     import os
     import sysconfig
+    import traceback
 
     frames = traceback.extract_tb(e.__traceback__)
     # not the user's: commsched's own frames, torch's, the standard library's and installed packages'

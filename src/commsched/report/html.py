@@ -175,6 +175,7 @@ def check_plan_data(doc: object, where: str) -> dict:
     for key in ("title", "model", "best", "device", "profile_source", "runtime"):
         _str(doc, key, where)
     _int(doc, "batch_size", where, 1)
+    _num(doc, "optimizer_s", where, nullable=True)  # absent in pages written before it was shown
     cluster = doc.get("cluster")
     if not isinstance(cluster, dict):
         raise CommschedError(f"{where}: cluster must be an object, got {shown(cluster)}")

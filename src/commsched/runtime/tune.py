@@ -597,8 +597,9 @@ class Tuner:
         # without a gradient (else DDP itself stops at the next step): a plan would leave them out
         elif self.ddp_kwargs.get("static_graph") and (unused := unused_parameters(profile, self.module)):
             names = ", ".join(unused[:3]) + (f" and {len(unused) - 3} more" if len(unused) > 3 else "")
-            return {"stop": f"{len(unused)} trainable parameter(s) got no gradient in the recorded steps ({names}) and DDP runs "
-                            "without find_unused_parameters: a plan's buckets would leave them out, so tuning keeps stock DDP's"}
+            return {"stop": f"{len(unused)} trainable parameter(s) got no gradient in the recorded steps ({names}) and DDP runs them "
+                            "under static_graph, without find_unused_parameters: a plan's buckets would leave them out, so tuning keeps "
+                            "stock DDP's"}
         sem = semantics_for(self.backend, model.comm_slowdown)
         cluster = ClusterSpec(
             name=f"in-job-{self.world}x-{self.backend}", workers=self.world, allreduce=model.cost,
