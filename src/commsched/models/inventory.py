@@ -41,6 +41,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from commsched.errors import CommschedError
 from commsched.models.inputs import Inputs, as_inputs, batch_of, call_with
 from commsched.models.inventory_types import GradTensor, KernelWork, ModelInventory
+from commsched.models.params import few
 
 __all__ = ["GradTensor", "KernelRecorder", "KernelWork", "ModelInventory", "flop_counter", "inventory", "sum_of_means"]
 
@@ -302,13 +303,16 @@ def _trainable_parameters(module: nn.Module) -> list[tuple[str, nn.Parameter]]:
     return [(name, p) for name, p in module.named_parameters() if p.requires_grad]
 
 
-def sparse_error(name: str, sparse: Sequence[str]) -> str:
-    """Why a model with sparse gradients is not planned: DDP reduces each in a bucket of its own, of
-    the rows a step touched, where every cost and planner here is of dense gradients."""
-    names = ", ".join(sparse[:3]) + (f" and {len(sparse) - 3} more" if len(sparse) > 3 else "")
-    return (f"model {name!r} has {len(sparse)} sparse gradient(s) ({names}; nn.Embedding(sparse=True), say): DDP "
+def check_dense_gradients(name: str, params: Sequence[tuple[str, nn.Parameter]]) -> None:
+    """An error naming the sparse gradients a step left on ``params``: DDP reduces each in a bucket of
+    its own, of the rows the step touched, where every cost and planner here is of dense gradients."""
+    sparse = [n for n, p in params if p.grad is not None and p.grad.is_sparse]
+    if sparse:
+        raise CommschedError(
+            f"model {name!r} has {len(sparse)} sparse gradient(s) ({few(sparse)}; nn.Embedding(sparse=True), say): DDP "
             "all-reduces each in a bucket of its own, by the rows a step touched, and commsched plans dense "
-            "gradients only; make them dense (sparse=False) to plan the model")
+            "gradients only; make them dense (sparse=False) to plan the model"
+        )
 
 
 def inventory(
@@ -381,9 +385,7 @@ def inventory(
                 raise CommschedError(f"loss_fn must return a scalar tensor for {name!r}, got {type(loss).__name__}"
                                      + (f" of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else ""))
             loss.backward()
-            sparse = [n for n, p in params if p.grad is not None and p.grad.is_sparse]
-    if sparse:
-        raise CommschedError(sparse_error(name, sparse))
+            check_dense_gradients(name, params)
     if not ready:
         raise CommschedError(f"no parameter of {name!r} received a gradient in the backward pass")
     # Hooks fire once per parameter per backward; keep the first firing should one repeat.

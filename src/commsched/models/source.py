@@ -26,6 +26,7 @@ from torch import nn
 from commsched.errors import CommschedError
 from commsched.models.inputs import Inputs, as_inputs, batch_of
 from commsched.models.names import is_import_path
+from commsched.models.params import few, without_gradient
 
 
 @dataclass
@@ -135,23 +136,14 @@ def ignored_note(spec: str, built: Built, batch_size: int | None, image_size: in
             f"(batch {built.batch_size}), not {flags}")
 
 
-def no_gradient(model: nn.Module, have: Iterable[str]) -> list[str]:
-    """The parameters DDP would reduce (trainable, with elements, not in DDP's ignore list) that are
-    not among ``have``, the gradients one step produced."""
-    ignored = set(getattr(model, "_ddp_params_and_buffers_to_ignore", ()) or ())
-    got = set(have)
-    return [n for n, p in model.named_parameters() if p.requires_grad and p.numel() and n not in ignored and n not in got]
-
-
 def check_every_gradient(spec: str, model: nn.Module, have: Iterable[str], what: str, plan_for: bool = True) -> None:
     """An error naming the trainable parameters that got no gradient from the example inputs: ``what``
     (a plan, validate) assumes DDP without ``find_unused_parameters``, whose buckets wait for every
     one; the way out names ``plan_for`` where a plan is what was asked for."""
-    unused = no_gradient(model, have)
+    unused = without_gradient(model, have)
     if unused:
-        names = ", ".join(unused[:3]) + (f" and {len(unused) - 3} more" if len(unused) > 3 else "")
         raise CommschedError(
-            f"{len(unused)} trainable parameter(s) of {spec} got no gradient from its example inputs ({names}): {what} "
+            f"{len(unused)} trainable parameter(s) of {spec} got no gradient from its example inputs ({few(unused)}): {what} "
             "assumes DDP without find_unused_parameters, so every trainable parameter must get one (freeze the unused ones, "
             "or tune the job itself: commsched.DataParallel(model, tune=True, find_unused_parameters=True)"
             + (", or plan in it: commsched.plan_for(..., find_unused_parameters=True))" if plan_for else ")")

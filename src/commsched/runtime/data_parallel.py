@@ -153,24 +153,24 @@ class DataParallel(nn.parallel.DistributedDataParallel):
         """Stock DDP's, on the DDP forwards go to. While tuning, or after it kept a plan, the hook
         ends that first (:meth:`~commsched.runtime.tune.Tuner.end_for_comm_hook`): stock DDP's default
         buckets, as stock DDP with this hook has them."""
-        tuner = self.__dict__.get("tuner")  # None too inside DDP's __init__, which registers one for mixed_precision
-        if tuner is None:
-            return super().register_comm_hook(state, hook)
-        self._check_comm_hook(hook)  # a hook DDP would refuse leaves tuning as it is
-        tuner.end_for_comm_hook()
-        target = tuner.active  # None: this wrapper; with find_unused_parameters a DDP the tuner built
+        if self.__dict__.get("tuner") is not None:
+            self._check_comm_hook(hook)  # a hook DDP would refuse leaves tuning as it is
+        target = self._ddp_for_hook()
         return super().register_comm_hook(state, hook) if target is None else target.register_comm_hook(state, hook)
 
     def _register_builtin_comm_hook(self, comm_hook_type):
         """As :meth:`register_comm_hook`, for torch's built-in hooks."""
+        target = self._ddp_for_hook()
+        return super()._register_builtin_comm_hook(comm_hook_type) if target is None else target._register_builtin_comm_hook(comm_hook_type)
+
+    def _ddp_for_hook(self) -> nn.Module | None:
+        """The DDP a comm hook goes on, after tuning ended for it (None: this wrapper). No tuner
+        yet inside DDP's own ``__init__``, which registers one for ``mixed_precision``."""
         tuner = self.__dict__.get("tuner")
         if tuner is None:
-            return super()._register_builtin_comm_hook(comm_hook_type)
+            return None
         tuner.end_for_comm_hook()
-        target = tuner.active
-        if target is None:
-            return super()._register_builtin_comm_hook(comm_hook_type)
-        return target._register_builtin_comm_hook(comm_hook_type)
+        return tuner.active  # with find_unused_parameters a DDP the tuner built
 
     def join_hook(self, **kwargs):
         """Stock DDP's join hook (uneven inputs), shadowing the DDP forwards go to once tuning ends.

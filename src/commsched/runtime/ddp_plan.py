@@ -17,20 +17,9 @@ from dataclasses import replace
 from torch import nn
 
 from commsched.errors import CommschedError
+from commsched.models.params import few, ignored_names, trainable_parameters, without_gradient
 from commsched.planners.stock_ddp import Expression, TensorInfo, express
 from commsched.types import ModelProfile, Plan, TensorSpec
-
-
-def ignored_names(module: nn.Module) -> set[str]:
-    """Parameters and buffers DDP is told to leave alone (``_set_params_and_buffers_to_ignore_for_model``)."""
-    return set(getattr(module, "_ddp_params_and_buffers_to_ignore", ()) or ())
-
-
-def trainable_parameters(module: nn.Module) -> dict[str, nn.Parameter]:
-    """The parameters DDP reduces, by name: trainable, not ignored, shared ones once
-    (named_parameters already dedupes)."""
-    ignored = ignored_names(module)
-    return {n: p for n, p in module.named_parameters() if p.requires_grad and n not in ignored}
 
 
 def tensor_infos(module: nn.Module) -> list[TensorInfo]:
@@ -147,8 +136,7 @@ def plan_fingerprint(plan: Plan, params: dict[str, nn.Parameter], module: nn.Mod
 
 def unused_parameters(profile: ModelProfile, model: nn.Module) -> list[str]:
     """The trainable parameters (with elements) that got no gradient in the profile's steps."""
-    have = set(profile.names)
-    return [n for n, p in trainable_parameters(model).items() if p.numel() and n not in have]
+    return without_gradient(model, profile.names)
 
 
 def with_unused_parameters(profile: ModelProfile, model: nn.Module, find_unused: bool) -> ModelProfile:
@@ -160,9 +148,8 @@ def with_unused_parameters(profile: ModelProfile, model: nn.Module, find_unused:
     unused = unused_parameters(profile, model)
     if not find_unused:
         if unused:
-            names = ", ".join(unused[:3]) + (f" and {len(unused) - 3} more" if len(unused) > 3 else "")
             raise CommschedError(
-                f"{len(unused)} trainable parameter(s) got no gradient in the measured steps ({names}); if they are "
+                f"{len(unused)} trainable parameter(s) got no gradient in the measured steps ({few(unused)}); if they are "
                 f"really unused, plan with find_unused_parameters=True and train DDP with the same flag"
             )
         return profile

@@ -81,6 +81,7 @@ from commsched.calibrate.cost_table import chain_length
 from commsched.calibrate.in_job import Busy, InJobModel, fit_in_job, semantics_for, service_times
 from commsched.calibrate.trial import TrialRule, clear_lower, pair_ratios, speedup_interval, verdict_of
 from commsched.errors import CommschedError
+from commsched.models.params import few
 from commsched.planners.compare import plan_label, ranked_caps
 from commsched.runtime.collectives import broadcast_bytes, comm_device, gather_text, wait_until
 from commsched.runtime.ddp_plan import (
@@ -354,13 +355,10 @@ class Tuner:
         self.backward_seen = False
         self.clock.stamp()
         t = self._route_t0 = time.perf_counter()
-        # DDP broadcasts rank 0's buffers before a forward by a flag each DDP sets in its own forward
-        # (off after one under no_sync or no_grad): the DDP of this step takes it from the last one's
-        sync_buffers = self._running().require_forward_param_sync
         try:
-            variant = self._advance()
-            self._switch(variant)
-            self._running().require_forward_param_sync = sync_buffers
+            with self._buffer_flag_handed_on():
+                variant = self._advance()
+                self._switch(variant)
         finally:
             self._route_t0 = None
             self.own_s += time.perf_counter() - t
@@ -386,13 +384,8 @@ class Tuner:
         """End tuning, between steps, where the parameters that require a gradient are no longer
         those the wrapper was built with: the DDPs tuning builds would reduce another set than the
         one stock DDP's reducer holds. Stock DDP's default buckets stay, not remembered."""
-        now = set(trainable_parameters(self.module))
-
-        def listed(names: list[str]) -> str:
-            return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-
-        parts = [f"{what} {listed(names)}" for what, names in (("frozen:", sorted(set(self.names) - now)), ("unfrozen:", sorted(now - set(self.names))))
-                 if names]
+        now, built = set(trainable_parameters(self.module)), set(self.names)
+        parts = [f"{what} {few(names)}" for what, names in (("frozen:", sorted(built - now)), ("unfrozen:", sorted(now - built))) if names]
         why = (f"the parameters that require a gradient changed after {self.step} step{'s' if self.step != 1 else ''}, before tuning "
                f"decided ({'; '.join(parts)}): stock DDP's reducer keeps the set it was built with")
         self._end_early(why, "a change of requires_grad", winner=False)
@@ -406,19 +399,17 @@ class Tuner:
         if self.phase != "done":
             self._end_early(why, "a comm hook", winner=False)
         elif self.decision == "plan":
-            sync_buffers = self._running().require_forward_param_sync
-            self.decision, self.reason = "stock", why
-            self._switch("stock")
-            self.plan_ddp = None
-            self._running().require_forward_param_sync = sync_buffers
+            with self._buffer_flag_handed_on():
+                self.decision, self.reason = "stock", why
+                self._switch("stock")
+                self.plan_ddp = None
             if self.rank == 0 and self.cfg.log:
                 print(f"commsched tune: back to stock DDP's default buckets: {why}", file=sys.stderr, flush=True)
 
     def _end_early(self, why: str, what: str, *, winner: bool) -> None:
         """End tuning before its decision, not remembered: with the plan measured fastest so far
         against stock DDP's defaults where ``winner`` allows and a race has one, else stock DDP's
-        default buckets. The buffers' broadcast flag is handed on as :meth:`route` hands it."""
-        sync_buffers = self._running().require_forward_param_sync
+        default buckets."""
         decision = "stock"
         if self.phase == "trial":  # the trial in progress has no verdict: its record says why
             self.last_speedup, self.last_why = None, f"ended by {what} before its verdict"
@@ -428,7 +419,16 @@ class Tuner:
         else:
             why += ", so tuning ends with stock DDP's default buckets (not remembered)"
         self.incumbent = self.incumbent_ddp = None
-        self._finish(decision, why, remember=False)
+        with self._buffer_flag_handed_on():
+            self._finish(decision, why, remember=False)
+
+    @contextlib.contextmanager
+    def _buffer_flag_handed_on(self):
+        """DDP broadcasts rank 0's buffers before a forward by a flag each DDP sets in its own forward
+        (off after one under no_sync or no_grad): the DDP in use after a switch takes it from the one
+        before, as one stock DDP would keep it."""
+        sync_buffers = self._running().require_forward_param_sync
+        yield
         self._running().require_forward_param_sync = sync_buffers
 
     def _running(self) -> nn.Module:
@@ -596,8 +596,7 @@ class Tuner:
         # only static_graph runs DDP without find_unused_parameters over parameters a step leaves
         # without a gradient (else DDP itself stops at the next step): a plan would leave them out
         elif self.ddp_kwargs.get("static_graph") and (unused := unused_parameters(profile, self.module)):
-            names = ", ".join(unused[:3]) + (f" and {len(unused) - 3} more" if len(unused) > 3 else "")
-            return {"stop": f"{len(unused)} trainable parameter(s) got no gradient in the recorded steps ({names}) and DDP runs them "
+            return {"stop": f"{len(unused)} trainable parameter(s) got no gradient in the recorded steps ({few(unused)}) and DDP runs them "
                             "under static_graph, without find_unused_parameters: a plan's buckets would leave them out, so tuning keeps "
                             "stock DDP's"}
         sem = semantics_for(self.backend, model.comm_slowdown)

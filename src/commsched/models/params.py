@@ -1,0 +1,30 @@
+"""The parameters DDP reduces, by name, and which of them a step left without a gradient."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from torch import nn
+
+
+def ignored_names(module: nn.Module) -> set[str]:
+    """Parameters and buffers DDP is told to leave alone (``_set_params_and_buffers_to_ignore_for_model``)."""
+    return set(getattr(module, "_ddp_params_and_buffers_to_ignore", ()) or ())
+
+
+def trainable_parameters(module: nn.Module) -> dict[str, nn.Parameter]:
+    """The parameters DDP reduces, by name: trainable, not ignored, shared ones once
+    (named_parameters already dedupes)."""
+    ignored = ignored_names(module)
+    return {n: p for n, p in module.named_parameters() if p.requires_grad and n not in ignored}
+
+
+def without_gradient(module: nn.Module, have: Iterable[str]) -> list[str]:
+    """The parameters DDP reduces (with elements) that are not among ``have``, the gradients a step produced."""
+    got = set(have)
+    return [n for n, p in trainable_parameters(module).items() if p.numel() and n not in got]
+
+
+def few(names: Sequence[str], k: int = 3) -> str:
+    """The first ``k`` names and how many more, for an error message."""
+    return ", ".join(names[:k]) + (f" and {len(names) - k} more" if len(names) > k else "")
