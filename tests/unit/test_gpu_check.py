@@ -545,6 +545,17 @@ def test_two_ranks_agree_on_every_hold_even_when_one_retries_at_once():
     assert answers[0] == answers[1] == [False, True]
 
 
+def test_a_check_not_run_leaves_no_scratch_folder(tmp_path, monkeypatch):
+    """Building a Check made its scratch folder, which only run() removes: one leaked per test."""
+    from commsched.gpu_check import driver
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(driver.tempfile, "tempdir", str(scratch))
+    driver.Check(tmp_path / "out", echo=lambda *a, **k: None)
+    assert list(scratch.iterdir()) == []
+
+
 def test_resnet50_is_profiled_at_a_batch_whose_kernels_outlast_the_profiled_host(tmp_path):
     """Batch 64 on the H200 left the GPU waiting for the profiler's launches (the trace 19-37% slower
     than --measure); 256 where the card holds it, 64 on a smaller card; BERT models without torchvision."""

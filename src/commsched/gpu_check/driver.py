@@ -381,7 +381,7 @@ class Check:
         self.budget_s, self.force_dry, self.echo = budget_s, dry_run, echo
         self.only = tuple(only) if only else None  # None: every step
         self.t0 = time.monotonic()
-        self.work = Path(tempfile.mkdtemp(prefix="commsched-gpu-check-"))
+        self.work = Path()  # the run's scratch folder, made by run() and removed as it ends
         self.results: list[StepResult] = []
         self.versions: dict = {}
         self.artifacts: dict[str, str] = {}  # file name -> what it holds
@@ -398,6 +398,7 @@ class Check:
 
     # -- the run
     def run(self) -> int:
+        self.work = Path(tempfile.mkdtemp(prefix="commsched-gpu-check-"))
         try:
             self._run_steps()
         finally:
