@@ -75,6 +75,15 @@ def shown(value: object) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def optional_text(doc: dict, key: str, default: str, where: str) -> str:
+    """An optional text field of an input document: ``default`` where it is absent, else a string
+    (a number or null was shown as "7" or "None" before)."""
+    value = doc.get(key, default)
+    if not isinstance(value, str):
+        raise CommschedError(f"{where}: {key} must be a string, got {shown(value)}")
+    return value
+
+
 def check_number(
     what: str,
     value: object,

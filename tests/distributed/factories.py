@@ -112,3 +112,19 @@ class _ListOfImages(nn.Module):
 
 def list_of_images(batch_size: int = 2, image_size: int = 16):
     return _ListOfImages(), ([torch.randn(3, image_size, image_size) for _ in range(batch_size)],), lambda out: out.sum()
+
+
+class _WithEmptyParameter(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.l = nn.Linear(8, 8)
+        self.empty = nn.Parameter(torch.zeros(0))
+
+    def forward(self, x):
+        return self.l(x) + self.empty.sum()
+
+
+def empty_parameter(batch_size: int = 4):
+    """A used parameter without elements (a probe's): the measured profile dropped it, the estimate
+    refused its 0 bytes, and the plan then left it out."""
+    return _WithEmptyParameter(), torch.randn(batch_size, 8), lambda out: out.pow(2).mean()

@@ -293,7 +293,22 @@ ERRORS = {
     ),
     "rescale a fitted cluster": (lambda t: ["plan", "--profile", PROFILE, "--cluster", CLUSTER, "--workers", "64"], "cannot be rescaled"),
     "bad worker series": (lambda t: ["scale", "--profile", PROFILE, "--workers", "4,8,...,100"], "not in the series"),
+    "worker series that ends before it starts": (lambda t: ["scale", "--profile", PROFILE, "--workers", "4,8,...,4"], "at least 8"),
     "wrong schema": (lambda t: ["plan", "--profile", CLUSTER], "schema"),
+    "a number for a profile's device": (
+        lambda t: (
+            t.joinpath("p.json").write_text(json.dumps({**json.loads(Path(PROFILE).read_text()), "device": 7})),
+            ["plan", "--profile", str(t / "p.json")],
+        )[1],
+        "device must be a string, got 7",
+    ),
+    "null for a cluster's name": (
+        lambda t: (
+            t.joinpath("c.json").write_text(json.dumps({**json.loads(Path(CLUSTER).read_text()), "name": None})),
+            ["plan", "--profile", PROFILE, "--cluster", str(t / "c.json")],
+        )[1],
+        "name must be a string, got None",
+    ),
     "unknown option": (lambda t: ["plan", "--frobnicate"], "frobnicate"),
     "image too small for the model": (lambda t: ["plan", "--model", "vgg16", "--image-size", "16"], "cannot train on an input of shape 2x3x16x16"),
     "infinite cycle": (lambda t: ["plan", "--profile", PROFILE, "--horovod-cycle-ms", "inf"], "--horovod-cycle-ms"),

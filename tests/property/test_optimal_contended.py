@@ -5,6 +5,7 @@ sharing the link (scored by gloo's own simulation, not the serial one)."""
 from __future__ import annotations
 
 import itertools
+import warnings
 from dataclasses import replace
 
 import numpy as np
@@ -112,7 +113,7 @@ def test_certified_stops_only_on_a_proof(proven_at):
     down to the tolerance's own grid; every optimistic run is bounded by U / (1 + tolerance)."""
     tolerance, calls = 0.01, []
 
-    def search(tol, bound, optimistic):
+    def search(tol, bound, optimistic, budget):
         calls.append((tol, bound, optimistic))
         if optimistic:
             assert bound == pytest.approx(10.0 / (1 + tolerance))
@@ -126,6 +127,54 @@ def test_certified_stops_only_on_a_proof(proven_at):
     else:
         assert calls[-1] == (proven_at, pytest.approx(10.0 / (1 + tolerance)), True)
         assert min(ordinary) == proven_at
+
+
+def test_a_search_past_its_budget_keeps_the_best_found_and_says_so():
+    """Measured factors far below 1 made fronts so large that densenet201 took minutes: the runs
+    share a budget of candidate transitions; past it the coarse run's bucketing is kept, with a
+    warning, and a first run that finds none within it is retried on coarser grids."""
+    tolerance, calls = 0.01, []
+
+    def search(tol, bound, optimistic, budget):
+        calls.append(tol)
+        budget.spend(100 if tol >= 1.0 else 10**6)  # coarse grids are cheap
+        return ((1,), 10.0, (0,)) if not optimistic else ((1,), 9.0, (0,))
+
+    with pytest.warns(RuntimeWarning, match="its plan is the best found, not proven within 0.01"):
+        assert certified(search, tolerance, float("inf"), budget_pairs=1000) == ((1,), 10.0, (0,))
+    assert calls == [COARSE_TOLERANCE, COARSE_TOLERANCE, COARSE_TOLERANCE / 4]
+
+    calls.clear()
+
+    def costly(tol, bound, optimistic, budget):
+        calls.append(tol)
+        budget.spend(10**6 if tol < 16 else 10)  # only a grid 16x coarser fits
+        return ((2,), 5.0, (0,))
+
+    with pytest.warns(RuntimeWarning, match="best found"):
+        assert certified(costly, tolerance, float("inf"), budget_pairs=1000) == ((2,), 5.0, (0,))
+    assert calls == [1.0, 4.0, 16.0, 16.0]  # not back to a grid that ran out (that looped for good)
+
+
+def test_a_search_with_no_room_keeps_the_callers_bucketing():
+    with pytest.warns(RuntimeWarning, match="no bucketing better than the best known one"):
+        assert certified(lambda *a: a[3].spend(10**9), 0.01, 1.0, budget_pairs=10) == ((), float("inf"), ())
+
+
+@settings(max_examples=100, deadline=None)
+@given(profiles(max_tensors=12), costs, slowdowns, st.integers(1, 400))
+def test_a_real_search_past_its_budget_returns_a_bucketing_it_can_end(profile, cost, cs, pairs):
+    """Whatever the budget, the result is empty (the caller's bucketing stays) or a real bucketing
+    whose end the search states (it is not the relaxation's)."""
+    work, sizes = [t.backward_s for t in profile.tensors], [t.bytes for t in profile.tensors]
+    table = transitions(sizes, [lambda k2, b: (cost.times_s(b), 0.5, 1 + cs)], cost.times_s, cost.times_s)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        ends, end_s, _ = certified(lambda tol, bound, opt, budget: front_search(profile.forward_s, work, table, bound, tol, opt, budget), 0.01, float("inf"), pairs)
+    if ends:
+        assert ends[-1] == len(work) and list(ends) == sorted(set(ends))
+        alone = front_search(profile.forward_s, work, table, end_s * (1 + 1e-9), 0.0)
+        assert alone[1] <= end_s * (1 + 1e-9)  # the exact optimum is no later than what was kept
 
 
 @settings(max_examples=300)
@@ -166,12 +215,34 @@ def test_exact_for_a_cost_that_is_not_monotone(profile, cost, cs, ms):
 
 
 @given(profiles(max_tensors=40), costs, slowdowns, slowdowns, st.sampled_from(sorted(STRATEGIES)))
-def test_never_beaten_by_more_than_the_tolerance(profile, cost, cs, ms, name):
-    # Within 1 + tolerance of the optimum, so another strategy can be up to that much faster.
+def test_never_beaten_by_another_strategy(profile, cost, cs, ms, name):
+    # Within 1 + tolerance of the optimum, and the other strategies' plans are candidates too.
     planner = Optimal(sem(cs, ms))
     mine = simulate_contended(profile, planner.ends(profile, cost), cost, cs, ms).iteration_s
     theirs = simulate_contended(profile, STRATEGIES[name].ends(profile, cost), cost, cs, ms).iteration_s
-    assert mine <= theirs * (1 + planner.tolerance) * (1 + 1e-9)
+    assert mine <= theirs * (1 + 1e-9)
+
+
+@settings(max_examples=200, deadline=None)
+@given(profiles(max_tensors=20), costs, slowdowns, st.floats(0.0, 1.0), backends, factor_tables, ratio_points, st.sampled_from(sorted(STRATEGIES)))
+def test_never_beaten_where_it_is_not_proven_either(profile, cost, cs, gain, backend, table, ratios, name):
+    """A probe found wfbp 41% faster than `optimal` under gloo with a concurrency gain, where
+    `optimal` chose among four plans only: every published strategy's plan is a candidate now."""
+    s = replace(sem(cs, 0.0, backend=backend, table=table, ratios=ratios), concurrency_gain=gain if backend[1] > 1 else 0.0)
+    mine = simulate_run(profile, Optimal(s).ends(profile, cost), cost, s).iteration_s
+    theirs = simulate_run(profile, STRATEGIES[name].ends(profile, cost), cost, s).iteration_s
+    assert mine <= theirs * (1 + 1e-9)
+
+
+def test_the_probes_case_of_a_concurrency_gain():
+    """The probe's four tensors on gloo's two threads with gain 1: `optimal` planned 194 ms where
+    one bucket per tensor (wfbp) runs 114 ms."""
+    p = ModelProfile("m", 8, "d", "estimated", 0.01, tuple(TensorSpec(f"t{i}", b, w) for i, (b, w) in enumerate([(10**6, 0.01), (10**6, 0.0), (8 * 10**6, 0.001), (8 * 10**6, 0.01)])))
+    cost = AlphaBeta(1e-3, 1e-8)
+    s = Semantics("gloo", 2, 1.0, 0.2)
+    wfbp = simulate_run(p, STRATEGIES["wfbp"].ends(p, cost), cost, s).iteration_s
+    assert simulate_run(p, Optimal(s).ends(p, cost), cost, s).iteration_s <= wfbp * (1 + 1e-12)
+    assert wfbp == pytest.approx(0.1142, abs=1e-4)
 
 
 @given(profiles(max_tensors=12), costs)

@@ -219,6 +219,19 @@ def test_the_recommendation_keeps_stock_ddp_only_with_a_min_gain():
     assert kept.best == fastest.best and kept.recommended.strategy == "ddp" and kept.results[fastest.best].speedup_vs_ddp > 1.0
 
 
+def test_stock_ddps_buckets_tied_with_the_fastest_are_recommended_as_ddp():
+    """A one-tensor model gives every strategy one bucket: "wfbp is stock DDP's default buckets"
+    was recommended, and plan.json said wfbp."""
+    from commsched.planners.compare import recommend
+
+    rec = recommend({"wfbp": 1.0, "synceasgd": 1.0, "ddp": 1.0}, ("wfbp", "synceasgd", "ddp"), 1.0, 0.03, {"wfbp": 1, "synceasgd": 1, "ddp": 1})
+    assert rec.strategy == "ddp" and not rec.stock_kept
+    # stock DDP's buckets named by the listed strategy that has them where "ddp" is other caps
+    assert recommend({"wfbp": 1.0, "ddp": 1.2}, ("wfbp",), 1.0, 0.0).strategy == "wfbp"
+    # and not where another plan is faster
+    assert recommend({"optimal": 0.9, "ddp": 1.0}, ("ddp",), 1.0, 0.0).strategy == "optimal"
+
+
 @given(st.dictionaries(st.sampled_from(["a", "b", "c", "ddp"]), st.floats(1e-3, 10.0), min_size=1), st.floats(1e-3, 10.0), st.floats(0.0, 0.5), st.booleans())
 def test_recommend_is_the_fastest_unless_it_misses_the_min_gain(times, stock_s, gain, ddp_is_stock):
     """The rule's definition: the fastest, or stock DDP's buckets when a min gain G is asked, the
@@ -229,7 +242,9 @@ def test_recommend_is_the_fastest_unless_it_misses_the_min_gain(times, stock_s, 
     stock = ("ddp",) if "ddp" in times and ddp_is_stock else ()
     rec = recommend(times, stock, stock_s, gain)
     best = fastest(times)
-    if best in stock or not gain or times[best] <= stock_s * (1 - gain):
+    if stock and times["ddp"] <= times[best] * (1 + 1e-9):  # stock DDP's buckets tie with the fastest
+        assert rec.strategy == "ddp" and not rec.stock_kept
+    elif best in stock or not gain or times[best] <= stock_s * (1 - gain):
         assert rec.strategy == best and not rec.stock_kept
         assert ("slower" in rec.reason) == (best not in stock and not gain and stock_s / times[best] - 1.0 < 0)
     else:

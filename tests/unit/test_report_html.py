@@ -142,6 +142,12 @@ def test_scale_csv_with_a_bad_number_names_line_and_column(tmp_path):
         read_scale_csv(f)
 
 
+def test_a_scale_csv_saved_by_a_spreadsheet_with_a_byte_order_mark_is_read(tmp_path):
+    f = tmp_path / "scale.csv"
+    f.write_bytes(b"\xef\xbb\xbfmodel,algorithm,strategy,workers,iteration_s,scaling_factor,speedup\nm,ring,ddp,4,0.1,0.9,3.6\n")
+    assert read_scale_csv(f)[0]["model"] == "m"
+
+
 def test_validate_section_needs_intervals():
     doc = json.loads((DATA / "validate-report.json").read_text())
     data = validate_section(doc).data

@@ -6,6 +6,7 @@ inputs are by keyword (a dict) is run with them by keyword."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 import textwrap
 
@@ -165,6 +166,17 @@ def test_a_plan_that_lists_a_tensor_twice_is_refused(tmp_path):
     (tmp_path / "p.json").write_text(json.dumps(doc))
     with pytest.raises(CommschedError, match=r"buckets\[1\]: tensor 'a' is already in buckets\[0\]"):
         load_plan(tmp_path / "p.json")
+
+
+@pytest.mark.parametrize("field, value, said", [("model", 7, "model must be a string, got 7"), ("params", [1], "params must be an object, got [1]")])
+def test_a_plan_field_of_the_wrong_type_is_refused_not_turned_into_text(tmp_path, field, value, said):
+    doc = {"schema": "commsched.plan/v1", "strategy": "x", "model": "m", "buckets": [{"tensors": ["a"], "bytes": 8}], field: value}
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    with pytest.raises(CommschedError, match=re.escape(said)):
+        load_plan(tmp_path / "p.json")
+    doc[field] = None if field == "params" else "m"
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    assert load_plan(tmp_path / "p.json").params == {}
 
 
 @pytest.mark.parametrize("plan", ["out/plan.json", None, 42])

@@ -56,6 +56,14 @@ def test_parameters_without_a_gradient_are_refused_where_a_plan_would_leave_them
     assert not (tmp_path / "p.json").exists()
 
 
+@pytest.mark.parametrize("measure", [False, True])
+def test_a_parameter_without_elements_is_refused_by_both_profiles_alike(tmp_path, measure):
+    code, _, err = run_cli("profile", "--model", F + "empty_parameter", *(["--measure", "--iters", "1", "--warmup", "0"] if measure else []),
+                           "--out", str(tmp_path / "p.json"))
+    assert code == 2 and "1 trainable parameter(s) without elements (empty)" in err, err
+    assert not (tmp_path / "p.json").exists()
+
+
 def test_sparse_gradients_are_refused_by_every_profile():
     """DDP reduces a sparse gradient in a bucket of its own: a plan that fuses it would not be run."""
     from commsched.models.inventory import inventory

@@ -240,6 +240,33 @@ def test_flop_counter_counts_cpu_flash_attention():
     assert counter.get_total_flops() == 2 * (2 * 1 * 2 * 16 * 16 * 8)
 
 
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_flop_counter_counts_the_cpu_lstm_layer(batch_first):
+    """nn.LSTM runs as aten.mkldnn_rnn_layer on the CPU, which torch's counter does not know: an
+    LSTM got no compute, so its gradients were estimated free (a probe of an unseen model)."""
+    lstm = nn.LSTM(64, 128, num_layers=2, batch_first=batch_first)
+    x = torch.randn(4, 16, 64) if batch_first else torch.randn(16, 4, 64)
+    with flop_counter() as counter:
+        lstm(x)
+    per_step = 4 * 128 * (64 + 128) + 4 * 128 * (128 + 128)  # the two layers' gate weights
+    assert counter.get_total_flops() == 2 * 4 * 16 * per_step
+    model = nn.Sequential(nn.LSTM(64, 128, batch_first=True))
+    inv = inventory(_FirstOutput(model), torch.randn(4, 16, 64), lambda out: out.sum())
+    with flop_counter() as counter:
+        model(torch.randn(4, 16, 64))
+    assert counter.get_total_flops() > 0
+    assert sum(t.forward_flops for t in inv.tensors) == pytest.approx(counter.get_total_flops())
+
+
+class _FirstOutput(nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x)[0]
+
+
 def test_example_input_shapes():
     (x,) = example_input("inception_v3", 2)
     assert x.shape == (2, 3, 299, 299)

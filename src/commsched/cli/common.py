@@ -86,6 +86,16 @@ def err_console():
     return Console(stderr=True)
 
 
+def table_console():
+    """Where tables print: the terminal at its width (at least 120 columns); piped, as wide as the
+    table needs, since rich would cut every cell to fit 120 columns (a scale of 20 worker counts
+    read "0…" in each)."""
+    from rich.console import Console
+
+    probe = Console()
+    return Console(width=max(120, probe.width)) if probe.is_terminal else Console(width=10_000, soft_wrap=True)
+
+
 def split(values: Sequence[str], what: str) -> list[str]:
     """Comma-separated or repeated values of option ``what``, duplicates dropped (first occurrence kept).
 

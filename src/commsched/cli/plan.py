@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from commsched.cli.common import DEFAULT_DEVICE, DEFAULT_MODEL, MIN_GAIN_HELP, cluster, planners, profiles, refuse_zoo_options, strategy_options
+from commsched.cli.common import DEFAULT_DEVICE, DEFAULT_MODEL, MIN_GAIN_HELP, cluster, planners, profiles, refuse_zoo_options, strategy_options, table_console
 from commsched.errors import CommschedError
 
 
@@ -69,7 +69,6 @@ def plan(
 
 
 def _print_comparison(cmp) -> None:
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
@@ -113,7 +112,7 @@ def _print_comparison(cmp) -> None:
         )
     t.caption = escape(f"* recommended (what to run): {rec.strategy}, {rec.reason}")
     t.caption_justify = "left"
-    Console(width=max(120, Console().width)).print(t)
+    table_console().print(t)
 
 
 def _resources_short(plan, resources) -> str:

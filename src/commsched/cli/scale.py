@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from commsched.cli.common import DEFAULT_DEVICE, DEFAULT_MODEL, cluster, planners, profiles, refuse_zoo_options, split, strategy_options
+from commsched.cli.common import DEFAULT_DEVICE, DEFAULT_MODEL, cluster, planners, profiles, refuse_zoo_options, split, strategy_options, table_console
 from commsched.errors import CommschedError
 
 
@@ -86,7 +86,6 @@ def _workers(c, workers_spec: str | None, nodes_spec: str | None) -> tuple[int, 
 
 def _print_summary(rows: list[dict], workers: Sequence[int], markers: Sequence = ()) -> None:
     """The scaling factors, a cell marked * where its strategy's curve bends; then one line per marker."""
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
@@ -99,7 +98,7 @@ def _print_summary(rows: list[dict], workers: Sequence[int], markers: Sequence =
         keyed.setdefault((r["model"], r["algorithm"], r["strategy"]), {})[r["workers"]] = r["scaling_factor"]
     for (m, a, s), by_n in keyed.items():
         t.add_row(escape(m), escape(a), escape(s), *(f"{by_n[n]:.2f}" + ("*" if (m, a, s, n) in bends else "") for n in workers))
-    console = Console(width=max(120, Console().width))
+    console = table_console()
     console.print(t)
     for mk in markers:
         console.print(escape(mk.describe()), highlight=False)

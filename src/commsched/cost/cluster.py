@@ -13,7 +13,7 @@ from commsched.cost.models import (
 )
 from commsched.cost.cost_json import cost_model_from_json
 from commsched.errors import CommschedError
-from commsched.types import MAX_WORKERS, shown
+from commsched.types import MAX_WORKERS, optional_text, shown
 
 CLUSTER_SCHEMA = "commsched.cluster/v1"
 
@@ -107,11 +107,11 @@ def cluster_from_json(doc: object) -> ClusterSpec:
         )
     resources = resources_from_json(doc["resources"], "cluster resources") if doc.get("resources") is not None else None
     return ClusterSpec(
-        name=str(doc.get("name", "cluster")),
+        name=optional_text(doc, "name", "cluster", "cluster"),
         workers=workers,
         allreduce=allreduce,
-        source=str(doc.get("source", "")),
-        device=str(doc.get("device", "")),
+        source=optional_text(doc, "source", "", "cluster"),
+        device=optional_text(doc, "device", "", "cluster"),
         resources=resources,
     )
 

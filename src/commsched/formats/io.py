@@ -10,7 +10,7 @@ from pathlib import Path
 
 from commsched.cost.cluster import ClusterSpec, cluster_from_json
 from commsched.errors import CommschedError
-from commsched.types import Bucket, ModelProfile, Plan, Prediction, TensorSpec, shown, too_big_int
+from commsched.types import Bucket, ModelProfile, Plan, Prediction, TensorSpec, optional_text, shown, too_big_int
 
 PROFILE_SCHEMA = "commsched.profile/v1"
 PLAN_SCHEMA = "commsched.plan/v1"
@@ -160,7 +160,7 @@ def profile_from_json(doc: object, where: str = "profile") -> ModelProfile:
         return ModelProfile(
             model=str(_field(doc, "model", str, where)),
             batch_size=_field(doc, "batch_size", int, where),  # type: ignore[arg-type]
-            device=str(doc.get("device", "")),
+            device=optional_text(doc, "device", "", where),
             source=doc.get("source", "measured"),  # type: ignore[arg-type]
             forward_s=forward_s,
             tensors=tuple(tensors),
@@ -217,6 +217,16 @@ def plan_to_json(plan: Plan) -> dict:
     return doc
 
 
+def _params(doc: dict, where: str) -> dict:
+    """A plan's ``params``: an object, or nothing (absent or null)."""
+    params = doc.get("params")
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise CommschedError(f"{where}: params must be an object, got {shown(params)}")
+    return params
+
+
 def plan_from_json(doc: object, where: str = "plan") -> Plan:
     if not isinstance(doc, dict):
         raise CommschedError(f"{where}: expected a JSON object, got {type(doc).__name__}")
@@ -254,10 +264,10 @@ def plan_from_json(doc: object, where: str = "plan") -> Plan:
         raise CommschedError(f"{where}: 'predicted' must be an object or null")
     return Plan(
         strategy=str(_field(doc, "strategy", str, where)),
-        model=str(doc.get("model", "")),
+        model=optional_text(doc, "model", "", where),
         buckets=tuple(buckets),
         predicted=prediction,
-        params=doc["params"] if isinstance(doc.get("params"), dict) else {},
+        params=_params(doc, where),
     )
 
 

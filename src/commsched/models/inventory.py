@@ -54,16 +54,29 @@ def _attention_flops(query_shape, key_shape, value_shape, *_args, out_shape=None
     return 2 * b * h * s_q * s_k * d_q + 2 * b * h * s_q * s_k * d_v
 
 
+def _lstm_layer_flops(input_shape, w_ih_shape, w_hh_shape, *_args, out_shape=None, **_kwargs) -> int:
+    """One LSTM layer over a sequence: per step the input (in) and the hidden state (h) times their
+    gate weights (4h x in, 4h x h), 2 FLOPs per multiply-add; the gates' pointwise work is left out,
+    as for every other layer. The input is (steps, batch, in) or (batch, steps, in): both lead."""
+    steps_x_batch = input_shape[0] * input_shape[1] if len(input_shape) == 3 else input_shape[0]
+    return 2 * steps_x_batch * (w_ih_shape[0] * w_ih_shape[1] + w_hh_shape[0] * w_hh_shape[1])
+
+
 def flop_counter() -> FlopCounterMode:
-    """A FlopCounterMode that also counts the CPU flash-attention kernel.
+    """A FlopCounterMode that also counts the CPU flash-attention kernel and the CPU LSTM layer.
 
     torch 2.14's registry lacks ``aten._scaled_dot_product_flash_attention_for_cpu``, the kernel
     nn.MultiheadAttention's scaled_dot_product_attention takes on the CPU without dropout (e.g.
-    vit_b_16); uncounted, ViT-B/16 would lose ~4% of its forward FLOPs.
+    vit_b_16); uncounted, ViT-B/16 would lose ~4% of its forward FLOPs. It lacks
+    ``aten.mkldnn_rnn_layer`` too, oneDNN's LSTM layer that ``nn.LSTM`` runs on the CPU: uncounted, an
+    LSTM had no compute at all (``nn.GRU`` runs as matrix products, which are counted).
     """
     return FlopCounterMode(
         display=False,
-        custom_mapping={torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _attention_flops},
+        custom_mapping={
+            torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _attention_flops,
+            torch.ops.aten.mkldnn_rnn_layer: _lstm_layer_flops,
+        },
     )
 
 
@@ -305,7 +318,16 @@ def _trainable_parameters(module: nn.Module) -> list[tuple[str, nn.Parameter]]:
 
 def check_dense_gradients(name: str, params: Sequence[tuple[str, nn.Parameter]]) -> None:
     """An error naming the sparse gradients a step left on ``params``: DDP reduces each in a bucket of
-    its own, of the rows the step touched, where every cost and planner here is of dense gradients."""
+    its own, of the rows the step touched, where every cost and planner here is of dense gradients.
+    Likewise for parameters without elements: DDP puts them in its buckets, where a plan of the
+    profile's tensors (each of at least one byte) has no place for them."""
+    empty = [n for n, p in params if p.numel() == 0]
+    if empty:
+        raise CommschedError(
+            f"model {name!r} has {len(empty)} trainable parameter(s) without elements ({few(empty)}): DDP reduces "
+            "them in its buckets, and commsched's plans hold tensors of at least one byte; drop them, or "
+            "requires_grad_(False) on them, to plan the model"
+        )
     sparse = [n for n, p in params if p.grad is not None and p.grad.is_sparse]
     if sparse:
         raise CommschedError(

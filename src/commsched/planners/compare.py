@@ -68,14 +68,20 @@ def recommend(iteration_s: dict[str, float], stock: Sequence[str], stock_s: floa
     than stock DDP's default buckets (``stock_s``):
     then stock DDP's buckets, named by the first of ``stock`` (the strategies whose plan is exactly
     them), else ``"ddp"``, else, where a listed ``"ddp"`` is other buckets (its own caps),
-    ``"ddp-defaults"``. A strategy "clears" the gain when its iteration is at most (1 - G) x stock's.
+    ``"ddp-defaults"``. Where stock DDP's buckets tie with the fastest they are recommended, named
+    ``"ddp"`` if it is among ``stock``. A strategy "clears" the gain when its iteration is at most (1 - G) x stock's.
     With ``min_gain`` 0 the fastest listed is recommended even where predicted slower than stock
     DDP's buckets, and the reason says so."""
     check_min_gain(min_gain)
     best = fastest(iteration_s, buckets)
     gain = stock_s / iteration_s[best] - 1.0
-    if best in stock:
-        return Recommendation(best, f"{best} is stock DDP's default buckets and the fastest predicted", False)
+    least = iteration_s[best]
+    # stock DDP's buckets among the fastest: run them, named "ddp" where listed (not wfbp or
+    # synceasgd, which a one-tensor model or one bucket makes the same plan)
+    tied_stock = [k for k in stock if iteration_s[k] <= least + 1e-9 * abs(least)]
+    if tied_stock:
+        name = STOCK if STOCK in tied_stock else tied_stock[0]
+        return Recommendation(name, f"{name} is stock DDP's default buckets and the fastest predicted", False)
     if not min_gain:
         against = "over" if gain >= 0 else "against"
         slower = "" if gain >= 0 else " (slower: --min-gain 0 recommends the fastest listed, whatever it gains)"

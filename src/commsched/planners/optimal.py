@@ -155,6 +155,18 @@ def check_min_gain(v: object, what: str = "min_gain") -> None:
         raise CommschedError(f"{what} must be a fraction in [0, 1), got {v!r}")
 
 
+def published_ends(profile: ModelProfile, cost: CostModel) -> list[tuple[int, ...]]:
+    """The bucketings of the published strategies at their defaults (the other rows of ``plan``'s
+    table): WFBP, SyncEASGD, stock DDP, Horovod (both), MG-WFBP and adaFusion."""
+    from commsched.planners.adafusion import AdaFusion
+    from commsched.planners.horovod import Horovod, horovod_legacy
+    from commsched.planners.mgwfbp import MGWFBP
+    from commsched.planners.simple import WFBP, SyncEASGD
+    from commsched.planners.stock_ddp import DDP
+
+    return [p.ends(profile, cost) for p in (WFBP(), SyncEASGD(), DDP(), Horovod(), horovod_legacy(), MGWFBP(), AdaFusion())]
+
+
 def check_tolerance(v: object) -> None:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
         raise CommschedError(f"tolerance must be a finite number >= 0, got {v!r}")
@@ -170,15 +182,20 @@ class Optimal:
       serial one for every bucketing, so the serial optimum is gloo's optimum).
     - With contention (:mod:`commsched.sim.events`, as ``validate`` measures it), likewise on
       such runtimes, by :mod:`commsched.planners.optimal_contended`, to within a factor 1 +
-      ``tolerance`` (a proven bound; 0 asks for the exact optimum, which can take far longer).
+      ``tolerance`` (a proven bound; 0 asks for the exact optimum, which can take far longer),
+      unless the search runs out of its budget
+      (:data:`~commsched.planners.optimal_contended.SEARCH_BUDGET_PAIRS`; a warning says so).
     - On threads with a concurrency gain (a runtime whose concurrent all-reduces do not just share
       one link), whose concurrent all-reduces slow compute more than one does, or whose
       all-reduces slow down under compute by factors that differ with size (gloo as ``validate``
       measures it: a small all-reduce beside a large one keeps its own speed), or whose bucket
       launches cost compute (``launch_compute_s``: the programme's state would need the bucket count),
       no exact programme is implemented: the result is the best under the real semantics of the serial optimum
-      (planned with the one-in-flight compute slowdown), the plain optimum, one bucket and stock
-      DDP's default buckets, and :meth:`exact_for` says so.
+      (planned with the one-in-flight compute slowdown), the plain optimum and the published
+      strategies' plans (:func:`published_ends`), and :meth:`exact_for` says so.
+
+    Under contention the published strategies' plans are candidates in every case, so the result is
+    never predicted slower than one of them.
 
     It is always the optimum (as far as :meth:`exact_for` says): whether to *run* it rather than
     stock DDP's default buckets is the recommendation's call (:func:`commsched.planners.compare.recommend`,
@@ -198,7 +215,7 @@ class Optimal:
         """How the result relates to the optimum under ``semantics``."""
         if not self.semantics.serial_equivalent or self.semantics.launch_compute_s:
             return (
-                "not proven: the best of the serial optimum, the plain optimum, one bucket and stock DDP's buckets (concurrent "
+                "not proven: the best of the serial optimum, the plain optimum and the published strategies' plans (concurrent "
                 "all-reduces gain, slow compute more than one, or slow down by size under compute; or launches cost compute)"
             )
         if not self.semantics.contended:
@@ -206,18 +223,20 @@ class Optimal:
         return "exact" if self.tolerance == 0 else f"within {self.tolerance:g} of the optimum"
 
     def ends(self, profile: ModelProfile, cost: CostModel) -> tuple[int, ...]:
-        from commsched.planners.stock_ddp import DDP
-
         sem = self.semantics
         sizes = [t.bytes for t in profile.tensors]
         plain, _ = optimal_ends(profile.ready_s, sizes, cost)
-        best = plain if not sem.contended else self._serial_optimum(profile, cost, plain)
-        if not (sem.serial_equivalent and not sem.launch_compute_s):
-            stock = DDP().ends(profile, cost)
-            # the serial optimum is not the runtime's: score the candidates as the runtime runs them
-            one = (len(profile.tensors),)
-            best = min((simulate_run(profile, e, cost, sem).iteration_s, len(e), e) for e in {best, plain, one, stock})[2]
-        return best
+        if not sem.contended:
+            if sem.serial_equivalent and not sem.launch_compute_s:
+                return plain  # exact
+            best = plain
+        else:
+            best = self._serial_optimum(profile, cost, plain)
+        # where no programme is exact, or its search is within a tolerance or ran out of budget,
+        # the published strategies' plans are candidates too (the optimum never loses to one of
+        # them), all scored as the runtime runs them
+        candidates = {best, plain, *published_ends(profile, cost)}
+        return min((simulate_run(profile, e, cost, sem).iteration_s, len(e), e) for e in candidates)[2]
 
     def _serial_optimum(self, profile: ModelProfile, cost: CostModel, plain: tuple[int, ...]) -> tuple[int, ...]:
         """The optimum of the serial run under this contention, without launch costs (what

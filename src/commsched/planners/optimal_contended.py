@@ -58,6 +58,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import warnings
+
 import numpy as np
 
 from commsched.cost.models import CostModel
@@ -106,20 +108,41 @@ def contended_optimal_ends(
     scale = min(1.0, min_factor)
     table = transitions(sizes, [option], lambda b: cost.times_s(b) * scale, cost.times_s)
 
-    def search(tol, bound, optimistic):
-        return front_search(forward_s, work_s, table, bound, tol, optimistic=optimistic)
+    def search(tol, bound, optimistic, budget):
+        return front_search(forward_s, work_s, table, bound, tol, optimistic=optimistic, budget=budget)
 
-    ends, end_s, _ = certified(search, tolerance, upper_bound_s) if coarse_first else search(tolerance, upper_bound_s, False)
+    ends, end_s, _ = certified(search, tolerance, upper_bound_s) if coarse_first else search(tolerance, upper_bound_s, False, Budget())
     return ends, end_s
 
 
 COARSE_TOLERANCE = 1.0
+# Candidate transitions (state, bucket, option) one certified search may make: about 5 s on one
+# core of the development machine. Measured semantics make fronts large (densenet201 under a gloo
+# run's factors took minutes unbounded); past the budget the search keeps what it has found.
+SEARCH_BUDGET_PAIRS = 20_000_000
+COARSEST_TOLERANCE = 4.0**6  # a grid this coarse keeps about one state per tensor
 
 
-def certified(search, tolerance: float, upper_bound_s: float):
+class OverBudget(Exception):
+    """A :func:`front_search` run spent its :class:`Budget`."""
+
+
+@dataclass
+class Budget:
+    """Candidate transitions :func:`front_search` may still make (spent as it makes them)."""
+
+    pairs: float = float("inf")
+
+    def spend(self, n: int) -> None:
+        self.pairs -= n
+        if self.pairs < 0:
+            raise OverBudget
+
+
+def certified(search, tolerance: float, upper_bound_s: float, budget_pairs: float = SEARCH_BUDGET_PAIRS):
     """Within 1 + ``tolerance`` of the optimum, proven by a lower bound rather than by a fine grid.
 
-    ``search(tol, bound, optimistic)`` is :func:`front_search` at ``tol``. Its ordinary run merges
+    ``search(tol, bound, optimistic, budget)`` is :func:`front_search` at ``tol``. Its ordinary run merges
     a cell's states into its real state with the most progress (a bucketing, a result to keep);
     its ``optimistic`` run merges them into a state with the cell's least end and most progress,
     which dominates every state of the cell, so whatever it finds ends no later than the optimum,
@@ -132,22 +155,43 @@ def certified(search, tolerance: float, upper_bound_s: float):
     ``tolerance`` itself the ordinary run is within it by :func:`front_search`'s own bound, so this
     never ends later than a run at ``tolerance`` (and the rounds before it shrink that run's
     fronts with their incumbent). ``tolerance`` 0: one coarse run for the incumbent, then the exact
-    programme."""
+    programme.
+
+    All runs together make at most ``budget_pairs`` candidate transitions. When they run out the
+    result is the best bucketing found so far, not proven, and a warning says so; when the first
+    run finds none within them, runs four times coarser (each with a quarter of the budget) look
+    for one, up to :data:`COARSEST_TOLERANCE`."""
     best = ((), float("inf"), ())
     incumbent = upper_bound_s
     tol = max(COARSE_TOLERANCE, tolerance)
+    budget = Budget(budget_pairs)
+    too_fine = -1.0  # the coarsest grid that ran out of budget
     while True:
-        found = search(tol, incumbent, False)
-        if found[0] and found[1] <= incumbent:
-            best, incumbent = found, found[1]
-        if tol <= tolerance:
-            return best
-        if tolerance == 0:
-            tol = 0.0  # only the exact programme is exact
-        elif not search(tol, incumbent / (1 + tolerance), True)[0]:
-            return best
-        else:
-            tol = max(tolerance, tol / 4)
+        try:
+            found = search(tol, incumbent, False, budget)
+            if found[0] and found[1] <= incumbent:
+                best, incumbent = found, found[1]
+            if tol <= tolerance:
+                return best
+            if tolerance == 0:
+                tol = 0.0  # only the exact programme is exact
+            elif not search(tol, incumbent / (1 + tolerance), True, budget)[0]:
+                return best
+            else:
+                tol = max(tolerance, tol / 4)
+            if tol <= too_fine:
+                raise OverBudget  # a grid this fine ran out of budget already
+        except OverBudget:
+            if best[0] or tol >= COARSEST_TOLERANCE or tol <= too_fine:
+                found_one = "its plan is the best found" if best[0] else "it found no bucketing better than the best known one"
+                warnings.warn(
+                    f"the optimum's search under contention stopped at its budget of {budget_pairs:.3g} candidate "
+                    f"transitions: {found_one}, not proven within {tolerance:g} of the optimum",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                return best
+            too_fine, tol, budget = tol, tol * 4, Budget(budget_pairs / 4)
 
 
 @dataclass(frozen=True)
@@ -199,7 +243,7 @@ def transitions(sizes, options, least_time, least_last_time, drop_dominated=Fals
     return Transitions(tuple(per_k), comm_left, last_left, _overlap_vertices(overlap), kappa)
 
 
-def front_search(forward_s, work_s, table: Transitions, upper_bound_s=float("inf"), tolerance=0.0, optimistic=False):
+def front_search(forward_s, work_s, table: Transitions, upper_bound_s=float("inf"), tolerance=0.0, optimistic=False, budget=None):
     """The programme of the module docstring over bucketings and, per bucket, one of the options of
     ``table`` (:func:`transitions`).
 
@@ -211,7 +255,8 @@ def front_search(forward_s, work_s, table: Transitions, upper_bound_s=float("inf
     :func:`transitions`' ``least_time(bytes)`` and ``least_last_time(bytes)`` bound any bucket's
     all-reduce and the last one's from below (they prune). Returns (ends, end of the last all-reduce, option index per
     bucket); empty when nothing beats ``upper_bound_s``. ``optimistic``: the relaxation of
-    :func:`_front`, whose result is a lower bound (its path is not a real one).
+    :func:`_front`, whose result is a lower bound (its path is not a real one). ``budget``: a
+    :class:`Budget` spent by every candidate transition (:class:`OverBudget` when it runs out).
 
     The dominance argument of the module docstring needs s >= 1 (an all-reduce never faster beside
     compute than alone, LIBRA's Assumption 2): then the end never rises with progress. Measured
@@ -277,6 +322,8 @@ def front_search(forward_s, work_s, table: Transitions, upper_bound_s=float("inf
         s = f_ + np.maximum(w - p_, 0.0)  # start of the next all-reduce (transition of the docstring)
         q = np.maximum(p_, w)
         r = total - q
+        if budget is not None:  # a destination's bookkeeping costs about as much as 8 transitions
+            budget.spend(rows.size * t_j.shape[0] + 8 * k2.size)
         t, slow, c = t_j[:, js], slow_j[:, js], c_j[:, js]  # (options, candidates)
         overlapped = r * c >= t * slow
         f2 = np.where(r <= 0.0, s + t, np.where(overlapped, s + t * slow, s + r * c + (t - r * c / slow)))

@@ -192,7 +192,7 @@ def joint_search(
     work, sizes = [t.backward_s for t in profile.tensors], [t.bytes for t in profile.tensors]
     table = transitions(sizes, options, least, lambda b: least(b, False), drop_dominated=drop)
     ends, end_s, chosen = certified(
-        lambda tol, bound, optimistic: front_search(profile.forward_s, work, table, bound, tol, optimistic=optimistic),
+        lambda tol, bound, optimistic, budget: front_search(profile.forward_s, work, table, bound, tol, optimistic=optimistic, budget=budget),
         tolerance,
         upper_bound_s,
     )

@@ -27,6 +27,7 @@ from commsched.errors import CommschedError
 from commsched.report.progress import progress as progress_bar
 from commsched.models.inputs import Inputs, as_inputs, batch_of, call_with
 from commsched.models.inventory import check_dense_gradients, remove_all, restored_state, sum_of_means
+from commsched.models.params import trainable_parameters
 from commsched.types import ModelProfile, TensorSpec
 
 __all__ = ["measure_device", "measure_factory_profile", "measure_profile", "measure_zoo_profile"]
@@ -220,8 +221,8 @@ def measure_profile(
                     loss.backward()
                 del loss
                 clock.finish()
-                if step == 0:
-                    check_dense_gradients(name, params)
+                if step == 0:  # every parameter DDP reduces, those without elements too
+                    check_dense_gradients(name, list(trainable_parameters(module).items()))
                 if step >= warmup:
                     forward_samples.append(clock.seconds(start, backward_start))
                     # Hooks fire once per parameter per backward; keep the first firing should one repeat.

@@ -256,7 +256,7 @@ def read_scale_csv(path: str | Path) -> list[dict]:
     """The rows of a ``scale.csv``: worker and bucket counts as ints, the rest of the numbers as floats."""
     p = Path(path)
     try:
-        with open(p, newline="", encoding="utf-8") as fh:
+        with open(p, newline="", encoding="utf-8-sig") as fh:  # a byte-order mark (spreadsheets write one) too
             reader = csv.DictReader(fh)
             rows = list(reader)
             fields = reader.fieldnames or []

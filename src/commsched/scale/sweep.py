@@ -39,6 +39,8 @@ def expand_workers(spec: str, what: str = "worker count") -> tuple[int, ...]:
         a, b, last = out[0], out[1], out[-1]
         if b <= a or b % a:
             raise CommschedError(f"'...' continues a geometric series with a whole ratio; {a},{b} is not one")
+        if last < b:
+            raise CommschedError(f"the last count after '...' must be at least {b}, got {last} in {shown(spec)}")
         seq = [a]
         while seq[-1] * (b // a) <= last:
             seq.append(seq[-1] * (b // a))
