@@ -446,3 +446,20 @@ def test_profile_measure_on_cuda_without_a_gpu_is_one_line(tmp_path):
         pytest.skip("checks the refusal on a machine without CUDA")
     r = run("profile", "--model", "resnet18", "--measure", "--device", "cuda", "--out", str(tmp_path / "p.json"))
     assert r.returncode == 2 and "no CUDA device" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_commscheds_own_warnings_are_one_line_and_other_librarys_are_handed_on():
+    """The contended search's budget warning printed a source path and a line of code."""
+    import commsched.planners.optimal_contended as oc
+    from commsched.cli.main import _one_line_warnings
+
+    handed_on = []
+    show = _one_line_warnings(lambda *a: handed_on.append(a[2]))
+    from click.testing import CliRunner
+
+    with CliRunner().isolation() as (_, err, _):
+        show(RuntimeWarning("it ran out\nof budget"), RuntimeWarning, oc.__file__, 1)
+        show(UserWarning("torch's"), UserWarning, "/elsewhere/torch/nn/modules/module.py", 1)
+        said = err.getvalue().decode()
+    assert said == "commsched: warning: it ran out\\nof budget\n"
+    assert handed_on == ["/elsewhere/torch/nn/modules/module.py"]

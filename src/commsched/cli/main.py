@@ -8,7 +8,9 @@ is a :class:`CommschedError` (or a click usage error), printed as one line on st
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Sequence
+from pathlib import Path
 
 import click
 
@@ -45,7 +47,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args:
         args = ["--help"]
     try:
-        code = cli.main(args=args, prog_name="commsched", standalone_mode=False)
+        with warnings.catch_warnings():  # restores showwarning after
+            warnings.showwarning = _one_line_warnings(warnings.showwarning)
+            code = cli.main(args=args, prog_name="commsched", standalone_mode=False)
     except CommschedError as e:
         click.echo(f"commsched: error: {_one_line(str(e))}", err=True)
         return 2
@@ -63,6 +67,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     # a command's return value is not an exit code; click.exceptions.Exit(n) is, and comes back as n
     return code if isinstance(code, int) and not isinstance(code, bool) else 0
+
+
+def _one_line_warnings(show):
+    """A ``warnings.showwarning`` that prints commsched's own warnings as one line, like its errors
+    (not a source path and a line of code), and hands other libraries' to ``show``."""
+    package = Path(__file__).resolve().parents[1]
+
+    def showwarning(message, category, filename, lineno, file=None, line=None) -> None:
+        if Path(filename).resolve().is_relative_to(package):
+            click.echo(f"commsched: warning: {_one_line(str(message))}", err=True)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    return showwarning
 
 
 def _one_line(message: str) -> str:

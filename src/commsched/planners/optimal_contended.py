@@ -185,7 +185,7 @@ def certified(search, tolerance: float, upper_bound_s: float, budget_pairs: floa
             if best[0] or tol >= COARSEST_TOLERANCE or tol <= too_fine:
                 found_one = "its plan is the best found" if best[0] else "it found no bucketing better than the best known one"
                 warnings.warn(
-                    f"the optimum's search under contention stopped at its budget of {budget_pairs:.3g} candidate "
+                    f"the optimum's search under contention stopped at its budget of {budget_pairs:,.0f} candidate "
                     f"transitions: {found_one}, not proven within {tolerance:g} of the optimum",
                     RuntimeWarning,
                     stacklevel=2,
