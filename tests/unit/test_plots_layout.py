@@ -145,3 +145,27 @@ def test_validation_legend_clear_of_title_and_bars(tmp_path, saved_figures):
     assert not _overlap(legend, _box(ax.title, fig)), "the legend covers the title"
     errors = [t for t in ax.texts if t.get_text().endswith("%")]
     assert len(errors) == len(report["strategies"])
+
+
+@pytest.mark.parametrize("n_models", [1, 6, 10])
+def test_scale_title_worker_labels_and_speedups_below_one_stay_readable(tmp_path, saved_figures, n_models):
+    """A probe's scale.png of 10 models drew the title into the first panels' titles, 20 worker
+    counts ran their labels together ("5121024 2048"), and a speedup of 0.25 was labelled "0"."""
+    rows = []
+    for m in range(n_models):
+        for w in (2**k for k in range(1, 21)):
+            sf = 1.0 / (1 + 0.5 * w) if m == 0 else 1.0 / (1 + 0.001 * w)
+            rows.append({"model": f"model{m}", "strategy": "ddp", "algorithm": "ring", "workers": w, "iteration_s": 0.1 / sf,
+                         "compute_s": 0.1, "non_overlapped_comm_s": 0.1 / sf - 0.1, "scaling_factor": sf, "speedup": w * sf})
+    scaling_png(rows, tmp_path / "scale.png", title="predicted scaling on v100-10gbe")
+    (fig,) = saved_figures
+    title = _box(fig._suptitle, fig)
+    for ax in fig.axes:
+        assert not _overlap(title, _box(ax.title, fig)), "the title runs into a panel's title"
+    ax_sf, ax_sp = fig.axes[:2]
+    FigureCanvasAgg(fig).draw() if not isinstance(fig.canvas, FigureCanvasAgg) else fig.canvas.draw()
+    shown = [t for t in ax_sf.get_xticklabels() if t.get_text()]
+    boxes = [_box(t, fig) for t in shown]
+    assert len(shown) <= 12 and not any(_overlap(a, b) for a, b in zip(boxes, boxes[1:]))
+    speedups = [t.get_text() for t in ax_sp.get_yticklabels() if t.get_text()]
+    assert "0" not in speedups and any(s.startswith("0.") for s in speedups)

@@ -179,7 +179,7 @@ def scaling_png(rows: Sequence[dict], path: str | Path, title: str = "", markers
 
 def _scaling_png(rows: Sequence[dict], path: str | Path, title: str, markers: Sequence = ()) -> Path:
     plt = _pyplot()
-    from matplotlib.ticker import ScalarFormatter
+    from matplotlib.ticker import FuncFormatter
 
     series: dict[tuple, list[dict]] = {}
     for r in rows:
@@ -223,14 +223,16 @@ def _scaling_png(rows: Sequence[dict], path: str | Path, title: str, markers: Se
         ax_sp.plot(ws_all, ws_all, ":", color="gray", label="linear")
         for ax, ylabel in ((ax_sf, "scaling factor T1/(N T_N)"), (ax_sp, "speedup over one worker")):
             ax.set_xscale("log", base=2)
-            ax.set_xticks(ws_all, [str(w) for w in ws_all], fontsize=7)
+            # at most about 12 labels: beyond that they ran together ("5121024 2048")
+            every = -(-len(ws_all) // 12)
+            ax.set_xticks(ws_all, [str(w) if i % every == 0 else "" for i, w in enumerate(ws_all)], fontsize=7)
             ax.minorticks_off()
             ax.set_xlabel("workers")
             ax.set_ylabel(ylabel)
             ax.grid(alpha=0.3, which="both")
             ax.set_title(_text(model), fontsize=10)
         ax_sp.set_yscale("log", base=2)
-        ax_sp.yaxis.set_major_formatter(ScalarFormatter())
+        ax_sp.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # 0.25, not "0"
         ax_sf.set_ylim(0, 1.05)
         for mk in markers:  # synceasgd overtaking wfbp, optimal's one bucket: a labelled vertical line
             if mk.model == model and mk.kind != "bend":
@@ -253,9 +255,12 @@ def _scaling_png(rows: Sequence[dict], path: str | Path, title: str, markers: Se
             handles += [Line2D([], [], color="gray", ls=":")]
             labels = [_text(st) for st in strategies] + [_text(a) for a in algos] + ["linear"]
         ax_sp.legend(handles, labels, fontsize=7, ncol=1 if len(labels) <= 16 else 2, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+    # the title gets its own half inch at the top: in a figure fractions of whose height are inches
+    # apart, tight_layout alone let it run into the first panels' titles
+    top = 1.0 - (0.5 / fig.get_figheight() if title else 0.0)
     if title:
-        fig.suptitle(_text(title), fontsize=11)
-    fig.tight_layout()
+        fig.suptitle(_text(title), fontsize=11, y=1.0 - 0.15 / fig.get_figheight(), va="top")
+    fig.tight_layout(rect=(0.0, 0.0, 1.0, top))
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(p, bbox_inches="tight")
