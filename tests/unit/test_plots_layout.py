@@ -169,3 +169,4 @@ def test_scale_title_worker_labels_and_speedups_below_one_stay_readable(tmp_path
     assert len(shown) <= 12 and not any(_overlap(a, b) for a, b in zip(boxes, boxes[1:]))
     speedups = [t.get_text() for t in ax_sp.get_yticklabels() if t.get_text()]
     assert "0" not in speedups and any(s.startswith("0.") for s in speedups)
+    assert not any("e+" in s for s in speedups)  # 2**20 workers read "1.04858e+06"

@@ -232,7 +232,8 @@ def _scaling_png(rows: Sequence[dict], path: str | Path, title: str, markers: Se
             ax.grid(alpha=0.3, which="both")
             ax.set_title(_text(model), fontsize=10)
         ax_sp.set_yscale("log", base=2)
-        ax_sp.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # 0.25, not "0"
+        # 0.25, not "0"; 1048576, not "1.04858e+06" (which ran into the axis label)
+        ax_sp.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.0f}" if v >= 1 else f"{v:g}"))
         ax_sf.set_ylim(0, 1.05)
         for mk in markers:  # synceasgd overtaking wfbp, optimal's one bucket: a labelled vertical line
             if mk.model == model and mk.kind != "bend":
