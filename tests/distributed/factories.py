@@ -128,3 +128,35 @@ def empty_parameter(batch_size: int = 4):
     """A used parameter without elements (a probe's): the measured profile dropped it, the estimate
     refused its 0 bytes, and the plan then left it out."""
     return _WithEmptyParameter(), torch.randn(batch_size, 8), lambda out: out.pow(2).mean()
+
+
+class ClipLike(nn.Module):
+    """Two towers, one of them lazy; the temperature is applied by the loss, as CLIP's is; and a
+    lock, which deepcopy cannot copy."""
+
+    def __init__(self) -> None:
+        import threading
+
+        super().__init__()
+        self.image = nn.Sequential(nn.LazyLinear(16), nn.ReLU(), nn.Linear(16, 8))
+        self.text = nn.Sequential(nn.Embedding(32, 8), nn.Flatten(), nn.Linear(48, 8))
+        self.logit_scale = nn.Parameter(torch.tensor(2.0))
+        self.lock = threading.Lock()
+
+    def forward(self, pixels, tokens):
+        with self.lock:
+            return nn.functional.normalize(self.image(pixels), dim=-1), nn.functional.normalize(self.text(tokens), dim=-1)
+
+
+def clip_like(batch_size: int = 4):
+    g = torch.Generator().manual_seed(0)
+    model = ClipLike()
+    inputs = (torch.randn(batch_size, 12, generator=g), torch.randint(0, 32, (batch_size, 6), generator=g))
+
+    def loss(out):
+        image, text = out
+        logits = model.logit_scale.exp() * image @ text.t()
+        labels = torch.arange(logits.shape[0])
+        return (nn.functional.cross_entropy(logits, labels) + nn.functional.cross_entropy(logits.t(), labels)) / 2
+
+    return model, inputs, loss

@@ -13,6 +13,16 @@ from commsched.runtime.validate import MID_PASS_BUCKETS, probe_sizes
 from tests.distributed.launch import free_port
 
 
+def _validate(*args: str, ranks: int = 2, timeout: int = 600) -> subprocess.CompletedProcess:
+    """``commsched validate ARGS`` under torchrun with ``ranks`` gloo ranks."""
+    return subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={ranks}", f"--master_port={free_port()}",
+         "-m", "commsched", "validate", *args],
+        capture_output=True, text=True, timeout=timeout, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+
+
+
 def test_validate_end_to_end(tmp_path):
     out = tmp_path / "v"
     r = subprocess.run(
@@ -160,14 +170,8 @@ def test_chains_time_all_reduces_per_call_as_ddp_launches_them():
 def test_validate_takes_a_model_by_import_path(tmp_path):
     """A factory's model whose example inputs are by keyword (a dict, as Hugging Face models take them)."""
     out = tmp_path / "v"
-    r = subprocess.run(
-        [
-            sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
-            "-m", "commsched", "validate", "--model", "tests.distributed.factories:tiny_tied_lm", "--batch-size", "4",
-            "--strategy", "optimal,wfbp", "--rounds", "1", "--steps", "1", "--out", str(out),
-        ],
-        capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
+    r = _validate("--model", "tests.distributed.factories:tiny_tied_lm", "--batch-size", "4", "--strategy", "optimal,wfbp",
+                  "--rounds", "1", "--steps", "1", "--out", str(out))
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads((out / "validate.json").read_text())
     assert doc["model"] == "tests.distributed.factories:tiny_tied_lm" and set(doc["strategies"]) == {"optimal", "wfbp"}
@@ -175,14 +179,21 @@ def test_validate_takes_a_model_by_import_path(tmp_path):
     assert doc["strategies"]["wfbp"]["buckets"] == 3
 
 
+def test_validate_trains_a_model_whose_loss_uses_its_parameters_and_that_deepcopy_cannot_copy(tmp_path):
+    """CLIP's shape: the loss applies the model's temperature (validate's copies reached the
+    original's, and DDP stopped with "Expected to have finished reduction"), a lazy tower (its
+    memory phase failed on uninitialised parameters) and a lock (deepcopy failed)."""
+    out = tmp_path / "v"
+    r = _validate("--model", "tests.distributed.factories:clip_like", "--batch-size", "4", "--strategy", "wfbp",
+                  "--rounds", "1", "--steps", "1", "--out", str(out))
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads((out / "validate.json").read_text())
+    # a bucket per gradient: both towers' weights and biases (4 + 1 + 2) and the temperature
+    assert doc["strategies"]["wfbp"]["buckets"] == 8
+
+
 def test_validate_names_a_factory_that_returns_the_wrong_thing(tmp_path):
-    r = subprocess.run(
-        [
-            sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=1", f"--master_port={free_port()}",
-            "-m", "commsched", "validate", "--model", "tests.distributed.factories:not_a_triple", "--out", str(tmp_path / "v"),
-        ],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
+    r = _validate("--model", "tests.distributed.factories:not_a_triple", "--out", str(tmp_path / "v"), ranks=1, timeout=300)
     assert r.returncode != 0
     assert "must return (model, example_inputs, loss_fn)" in r.stderr
 
@@ -191,18 +202,12 @@ def test_validate_names_parameters_its_ddp_cannot_reduce_before_it_measures(tmp_
     """A factory whose model has a parameter no step uses: one line naming it on each rank, before
     the rounds (validate runs DDP without find_unused_parameters); the factory takes no batch size,
     so the run says it is of the factory's own batch, not --batch-size's."""
-    r = subprocess.run(
-        [
-            sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
-            "-m", "commsched", "validate", "--model", "tests.distributed.factories:with_unused", "--batch-size", "64",
-            "--strategy", "wfbp", "--rounds", "1", "--steps", "1", "--out", str(tmp_path / "v"),
-        ],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
+    r = _validate("--model", "tests.distributed.factories:with_unused", "--batch-size", "64", "--strategy", "wfbp",
+                  "--rounds", "1", "--steps", "1", "--out", str(tmp_path / "v"), timeout=300)
     errors = [line for line in r.stderr.splitlines() if "commsched: error" in line]
     assert r.returncode != 0 and len(errors) == 2, r.stderr[-3000:]
     assert all("2 trainable parameter(s)" in e and "spare.weight, spare.bias" in e and "find_unused_parameters" in e for e in errors)
     said = " ".join(r.stderr.split())  # the progress console wraps its lines
-    assert "takes no batch_size: the run is of its own inputs (batch 4), not --batch-size 64" in said
+    assert "takes no batch_size: the run is of its own inputs (batch 4, its first input's leading dimension), not --batch-size 64" in said
     assert "1 round(s)" in r.stderr and "2/5" not in r.stderr  # the smoke-test note; stopped in the profile phase
     assert not (tmp_path / "v").exists()

@@ -82,6 +82,14 @@ def test_absurd_estimates_are_errors_naming_the_inputs():
         estimate_profile(_inv(), GPU, 2**24, efficiency=1e-3)  # 3 x 7e9 FLOPs x 2**22 / 1e10 FLOP/s: 8.8e6 s
 
 
+
+def test_a_model_too_small_to_estimate_points_to_measuring():
+    # 3 x 3 FLOPs at 10 TFLOP/s x 0.5: 1.8e-12 s, under the 1 ns a profile must compute for
+    with pytest.raises(CommschedError, match="'toy' at batch 4 on toy-gpu is 1.8e-12 s .*\\(commsched profile --measure\\)"):
+        estimate_profile(_inv(flops=(1.0, 2.0)), GPU, 4, efficiency=0.5, flop_rate=1.0)
+    # just over 1 ns is a profile
+    assert estimate_profile(_inv(flops=(2e3, 2e3)), GPU, 4, efficiency=0.5, flop_rate=1.0).compute_s > 1e-9
+
 def test_efficiency_one_is_allowed():
     assert estimate_profile(_inv(), GPU, 4, efficiency=1.0).forward_s == pytest.approx(7e9 / 10e12)
 

@@ -70,6 +70,14 @@ def factories(tmp_path, monkeypatch):
 
         def a_number():
             return nn.Linear(8, 2), 4, lambda out: out.sum()
+
+        def lazy(batch_size):  # shapes known after a first forward
+            model = nn.Sequential(nn.LazyLinear(6), nn.LazyBatchNorm1d(), nn.Dropout(0.5), nn.Linear(6, 2))
+            model[3].eval()  # a module the user put in eval mode stays so
+            return model, torch.randn(batch_size, 5), lambda out: out.sum()
+
+        def lazy_fails(batch_size):
+            return nn.Sequential(nn.LazyLinear(6), nn.Linear(7, 2)), torch.randn(batch_size, 5), lambda out: out.sum()
     '''))
     (tmp_path / "brokenfactories.py").write_text("raise RuntimeError('the module itself fails')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -226,3 +234,50 @@ def test_a_model_with_nothing_to_reduce_is_named(tmp_path):
                 commsched.DataParallel(frozen, *args, **kwargs)
     finally:
         dist.destroy_process_group()
+
+
+class _TiedLM(nn.Module):
+    def __init__(self, tied: bool) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+        self.head = nn.Linear(4, 10, bias=False)
+        if tied:
+            self.head.weight = self.emb.weight
+
+    def forward(self, x):
+        return self.head(self.emb(x))
+
+
+def test_a_plan_of_the_tied_model_on_the_untied_one_names_both_causes():
+    from commsched.types import Bucket, Plan
+
+    tied_plan = Plan("wfbp", "lm", (Bucket(("emb.weight",), 160),))
+    commsched.ddp_options(tied_plan, _TiedLM(tied=True))  # the model it was made for: no error
+    with pytest.raises(CommschedError, match=r"leaves out 1 trainable parameter\(s\), first 'head.weight': a parameter unused .*"
+                       r"or a plan made for another model \(one with tied weights"):
+        commsched.ddp_options(tied_plan, _TiedLM(tied=False))
+
+
+def test_a_plan_stock_ddp_cannot_reduce_exactly_is_named_once_quoted():
+    from commsched.types import Bucket, Plan
+
+    mixed = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2).double())  # DDP buckets each dtype apart
+    plan = Plan("mgwfbp", "m", (Bucket(("0.weight", "0.bias", "1.weight", "1.bias"), 24 + 48),))
+    with pytest.warns(UserWarning, match=r"cannot reduce exactly the buckets of plan 'mgwfbp' \(") as got:
+        commsched.ddp_options(plan, mixed)
+    assert "''" not in str(got[0].message)
+
+
+def test_a_factorys_lazy_modules_are_initialised_without_moving_its_statistics(factories):
+    """validate's copies and memory estimate read the parameters' shapes: an uninitialised lazy
+    parameter failed its memory phase with a traceback."""
+    from torch.nn.parameter import is_lazy
+
+    built = build("userfactories:lazy", 4)
+    model = built.model
+    assert not any(is_lazy(t) for t in (*model.parameters(), *model.buffers()))
+    assert model[0].weight.shape == (6, 5)
+    assert torch.equal(model[1].running_mean, torch.zeros(6)) and int(model[1].num_batches_tracked) == 0
+    assert [m.training for m in model] == [True, True, True, False] and model.training
+    with pytest.raises(CommschedError, match=r"'userfactories:lazy_fails' failed on its example inputs \(a forward pass that initialises its lazy"):
+        build("userfactories:lazy_fails", 4)

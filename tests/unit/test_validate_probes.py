@@ -147,3 +147,102 @@ def test_a_variants_ddp_lives_for_its_turn_only():
     finally:
         gc.enable()
         dist.destroy_process_group()
+
+
+class _Clip(torch.nn.Module):
+    """CLIP's shape: two towers, and a temperature the loss applies (not forward)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.img = torch.nn.Linear(6, 4)
+        self.txt = torch.nn.Linear(5, 4)
+        self.logit_scale = torch.nn.Parameter(torch.tensor(2.0))
+
+    def forward(self, a, b):
+        return self.img(a), self.txt(b)
+
+
+def _clip_loss(model):
+    def loss(out):
+        a, b = out
+        return (model.logit_scale.exp() * a @ b.t()).logsumexp(1).mean()
+
+    return loss
+
+
+def test_a_loss_that_uses_the_models_own_parameters_reaches_each_copys():
+    """Without routing, a copy's loss gave the original's logit_scale the gradient, and the copy's
+    DDP waited for its own for good ("Expected to have finished reduction")."""
+    from commsched.runtime.validate.probes import SharedWeights
+
+    torch.manual_seed(0)
+    base = _Clip()
+    inputs = (torch.randn(3, 6), torch.randn(3, 5))
+    shared = SharedWeights(base, lr=0.1, name="'clip'")
+    shared.route_loss(inputs, _clip_loss(base))
+    assert shared.routed
+    copy, loss = shared.module_with_loss(_clip_loss(base))
+    loss(copy(*inputs)).backward()
+    assert copy.logit_scale.grad is not None and copy.img.weight.grad is not None
+    assert all(p.grad is None for p in base.parameters())
+    assert base.logit_scale is not copy.logit_scale  # put back after the loss
+    # the gradient is the one the original model's own step gives
+    reference = _clip_loss(base)(base(*inputs))
+    reference.backward()
+    assert torch.equal(copy.logit_scale.grad, base.logit_scale.grad)
+
+    plain = SharedWeights(torch.nn.Linear(2, 1), lr=0.1)
+    plain.route_loss((torch.randn(3, 2),), lambda out: out.sum())
+    assert not plain.routed
+    loss_fn = lambda out: out.sum()  # noqa: E731
+    assert plain.module_with_loss(loss_fn)[1] is loss_fn  # nothing in the way of a plain loss
+
+
+def test_a_loss_holding_a_parameter_of_its_own_is_one_error_naming_it():
+    from commsched.runtime.validate.probes import SharedWeights
+
+    model = torch.nn.Linear(4, 2)
+    temp = torch.nn.Parameter(torch.tensor(1.5))
+    model.register_parameter("temp", temp)
+    shared = SharedWeights(model, lr=0.1, name="'m'")
+    with pytest.raises(CommschedError, match=r"loss function of 'm' uses 1 parameter\(s\) of the model it was given directly \(temp\)"):
+        shared.route_loss((torch.randn(3, 4),), lambda out: (out * temp).sum())
+
+
+class _Odd(torch.nn.Module):
+    def __init__(self) -> None:
+        import threading
+
+        super().__init__()
+        self.a = torch.nn.Linear(4, 4)
+        self.b = torch.nn.Linear(4, 2)
+        self.lock = threading.Lock()  # deepcopy: "cannot pickle '_thread.lock' object"
+        self.last = None
+
+    def forward(self, x):
+        with self.lock:
+            self.last = torch.relu(self.a(x))  # a tensor autograd made: deepcopy refuses it
+        return self.b(self.last)
+
+
+def test_attributes_deepcopy_cannot_copy_are_shared_by_the_copies():
+    from commsched.runtime.validate.probes import SharedWeights
+
+    base = _Odd()
+    base(torch.randn(2, 4)).sum().backward()
+    shared = SharedWeights(base, lr=0.1)
+    copy = shared.module()
+    assert copy.lock is base.lock and copy.last is base.last
+    assert copy.a.weight is not base.a.weight and copy.a.weight.data_ptr() == base.a.weight.data_ptr()
+    assert shared.module().lock is base.lock  # found once, kept for every later copy
+
+
+def test_a_model_deepcopy_cannot_copy_at_all_is_one_error():
+    from commsched.runtime.validate.probes import SharedWeights
+
+    class Stubborn(torch.nn.Linear):
+        def __deepcopy__(self, memo):
+            raise TypeError("not today")
+
+    with pytest.raises(CommschedError, match="validate trains copies of 'x' .* cannot copy it: TypeError: not today"):
+        SharedWeights(Stubborn(2, 2), lr=0.1, name="'x'").module()

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from commsched.errors import CommschedError
-from commsched.models.inputs import Inputs, as_inputs, batch_of
+from commsched.models.inputs import Inputs, as_inputs, batch_of, call_with
 from commsched.models.names import is_import_path
 from commsched.models.params import few, without_gradient
 
@@ -117,11 +117,33 @@ def build(spec: str, batch_size: int, image_size: int | None = None, device: str
     inputs = as_inputs(inputs, f"the example inputs {spec!r} returned")
     if not callable(loss_fn):
         raise CommschedError(f"{spec!r} returned a loss_fn that is not callable: {type(loss_fn).__name__}")
+    materialize_lazy(model, inputs, spec)
     if "batch_size" in kwargs:
         batch = batch_size
     else:  # the factory's own batch: its first input tensor's leading dimension
         batch = batch_of(inputs)
     return Built(model, inputs, loss_fn, batch, kwargs.get("image_size"), kwargs.get("device"))
+
+
+def materialize_lazy(model: nn.Module, inputs: Inputs, spec: str) -> None:
+    """Give a model's lazy modules (``nn.LazyLinear``, ...) their parameters by one forward pass of
+    its example inputs without gradients, in eval mode (no batch-norm statistics move), every
+    module's mode then restored. Copies, memory estimates and DDP need the shapes (DDP refuses a
+    model with uninitialised parameters). A model without lazy modules is not run."""
+    from torch.nn.parameter import is_lazy
+
+    if not any(is_lazy(t) for t in (*model.parameters(), *model.buffers())):
+        return
+    modes = [(m, m.training) for m in model.modules()]
+    try:
+        model.eval()
+        with torch.no_grad():
+            call_with(model, inputs)
+    except Exception as e:  # noqa: BLE001 - the user's forward failed: say where
+        raise _failed(f"model {spec!r} failed on its example inputs (a forward pass that initialises its lazy modules)", e) from e
+    finally:
+        for m, training in modes:
+            m.training = training
 
 
 def ignored_note(spec: str, built: Built, batch_size: int | None, image_size: int | None) -> str:
@@ -132,8 +154,10 @@ def ignored_note(spec: str, built: Built, batch_size: int | None, image_size: in
     if not ignored:
         return ""
     flags = ", ".join("--" + k.replace("_", "-") + f" {v}" for k, v in ignored)
+    # the batch is read from the first input's leading dimension: a sequence-first input gives its length
+    read = ", its first input's leading dimension" if any(k == "batch_size" for k, _ in ignored) else ""
     return (f"note: {spec} takes no {' or '.join(k for k, _ in ignored)}: the run is of its own inputs "
-            f"(batch {built.batch_size}), not {flags}")
+            f"(batch {built.batch_size}{read}), not {flags}")
 
 
 def check_every_gradient(spec: str, model: nn.Module, have: Iterable[str], what: str, plan_for: bool = True) -> None:

@@ -24,7 +24,7 @@ from commsched.profile.devices import (
 )
 from commsched.errors import CommschedError
 from commsched.models.inventory_types import ModelInventory
-from commsched.types import MAX_BATCH_SIZE, MAX_SECONDS, ModelProfile, TensorSpec, shown
+from commsched.types import MAX_BATCH_SIZE, MAX_SECONDS, MIN_COMPUTE_S, ModelProfile, TensorSpec, shown
 
 
 def _check_efficiency(efficiency: float) -> float:
@@ -166,6 +166,12 @@ def estimate_profile(
             f"estimated compute of {inv.model!r} at batch {batch_size} on {dev.name} with efficiency {c:g}"
             f"{'' if r == 1 else f' and FLOP rate x{r:.4g}'} is "
             f"{compute_s:.4g} s per iteration, over the bound of {MAX_SECONDS:g} s (11.6 days)"
+        )
+    if not compute_s >= MIN_COMPUTE_S:  # a model of a few FLOPs: a step's overheads dwarf them
+        raise CommschedError(
+            f"estimated compute of {inv.model!r} at batch {batch_size} on {dev.name} is {compute_s:.3g} s per iteration "
+            f"({3 * inv.forward_flops * scale:.3g} FLOPs), under {MIN_COMPUTE_S:g} s: a model that small is all overheads, "
+            "which FLOPs do not see; measure its profile instead (commsched profile --measure)"
         )
     tensors = tuple(
         TensorSpec(

@@ -46,7 +46,11 @@ def check_plan_fits(plan: Plan, params: dict[str, nn.Parameter]) -> None:
     if missing:
         raise CommschedError(
             f"plan {plan.strategy!r} leaves out {len(missing)} trainable parameter(s), first {missing[0]!r}"
-            + (" (a parameter unused in the profiled step: plan with find_unused_parameters=True)" if len(missing) < len(params) else "")
+            + (
+                ": a parameter unused in the profiled step (plan with find_unused_parameters=True), or a plan made for "
+                "another model (one with tied weights, say, where this model's are apart)"
+                if len(missing) < len(params) else ""
+            )
         )
     for j, b in enumerate(plan.buckets):
         model_bytes = sum(params[n].numel() * params[n].element_size() for n in b.tensors)
@@ -71,7 +75,7 @@ def express_plan(
 
 def warn_inexact(plan: Plan, expr: Expression) -> None:
     warnings.warn(
-        f"stock DDP cannot reduce exactly plan {plan.strategy!r}'s buckets ({expr.reason}): "
+        f"stock DDP cannot reduce exactly the buckets of plan {plan.strategy!r} ({expr.reason}): "
         f"{len(expr.buckets)} buckets instead of {len(plan.buckets)}, at most {expr.moved_bytes} bytes in another bucket",
         stacklevel=3,
     )

@@ -152,20 +152,108 @@ class SharedWeights:
     so that a run holds one copy of the weights and one of the momentum whatever the number of
     strategies (before, each of them held its own of both, and its gradients between its turns:
     ``validate --model resnet152`` with five strategies grew to 11.9 GB per rank).
+
+    The copies are ``copy.deepcopy``'s, the parameters mapped to their new objects. An attribute
+    deepcopy cannot copy (a ``threading.Lock``, a tensor autograd made and the model kept) is shared
+    by every copy instead. A loss function that uses the model's own parameters (CLIP's logit
+    scale, an ``lm_head`` applied in the loss) reaches the original's, which no DDP reduces:
+    :meth:`route_loss` finds that and :meth:`module_with_loss` then sends each copy's loss to that
+    copy's parameters.
     """
 
-    def __init__(self, base: nn.Module, lr: float) -> None:
+    def __init__(self, base: nn.Module, lr: float, name: str = "the model") -> None:
         self.base = base
         self.lr = lr
+        self.name = name
         self.params = list(base.parameters())
         with torch.no_grad():
             self.initial = [p.detach().clone() for p in self.params]
         self.momentum = [torch.zeros_like(p) if p.requires_grad else None for p in self.params]
+        self._shared_attrs: dict[int, object] | None = None  # found on the first copy that fails
+        self.routed = False  # the loss reaches the model's own parameters (:meth:`route_loss`)
 
     def module(self) -> nn.Module:
         """A copy of the model (its own buffers) whose parameters share this storage."""
         memo = {id(p): nn.Parameter(p.data, requires_grad=p.requires_grad) for p in self.params}
-        return copy.deepcopy(self.base, memo)
+        try:
+            return copy.deepcopy(self.base, {**memo, **(self._shared_attrs or {})})
+        except Exception as e:  # noqa: BLE001 - the user's attributes raise what they raise
+            if self._shared_attrs is not None:
+                raise CommschedError(
+                    f"validate trains copies of {self.name} (copy.deepcopy over its weights) and cannot copy it: "
+                    f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+                ) from e
+        self._shared_attrs = self._uncopyable()
+        return self.module()
+
+    def _uncopyable(self) -> dict[int, object]:
+        """The model's attributes that deepcopy fails on, by id (a deepcopy memo: the copies share them)."""
+        found: dict[int, object] = {}
+        for m in self.base.modules():
+            for key, value in vars(m).items():
+                if key in ("_parameters", "_buffers", "_modules"):
+                    continue
+                try:
+                    copy.deepcopy(value, {id(p): p for p in self.params})
+                except Exception:  # noqa: BLE001 - whatever it raises, the copies share it
+                    found[id(value)] = value
+        return found
+
+    def route_loss(self, inputs: Inputs, loss_fn) -> None:
+        """Whether ``loss_fn`` uses the model's own parameters beside its output: one forward and
+        backward pass of a copy, then of a copy whose loss is routed (:meth:`module_with_loss`). An
+        error names the parameters the loss holds itself (a ``Parameter`` captured, not reached
+        through the model), which no copy can be given. Every rank runs it alike (no collectives)."""
+        model = self.module()
+        if not self._reached(model, inputs, loss_fn):
+            return
+        self.routed = True
+        held = self._reached(model, inputs, self._routed(self.base, model, loss_fn))
+        if held:
+            raise CommschedError(
+                f"the loss function of {self.name} uses {len(held)} parameter(s) of the model it was given directly "
+                f"({', '.join(held[:3])}{', ...' if len(held) > 3 else ''}): validate trains copies of the model, and a loss can "
+                "be sent to a copy's parameters only where it reaches them through the model (model.logit_scale, "
+                "model.lm_head(x)), not as Parameter objects of its own"
+            )
+
+    def _reached(self, model: nn.Module, inputs: Inputs, loss_fn) -> list[str]:
+        """The original's parameters that ``loss_fn`` on ``model``'s output gave a gradient."""
+        self.base.zero_grad(set_to_none=True)
+        loss_fn(call_with(model, inputs)).backward()
+        release_grads(model)
+        names = [n for n, p in self.base.named_parameters() if p.grad is not None]
+        self.base.zero_grad(set_to_none=True)
+        return names
+
+    def module_with_loss(self, loss_fn) -> tuple[nn.Module, object]:
+        """A :meth:`module` and the loss function to train it with: ``loss_fn`` itself, or where it
+        uses the model's own parameters (:meth:`route_loss`), ``loss_fn`` with those of the copy."""
+        model = self.module()
+        return model, self._routed(self.base, model, loss_fn) if self.routed else loss_fn
+
+    @staticmethod
+    def _routed(base: nn.Module, model: nn.Module, loss_fn):
+        """``loss_fn`` calling with ``base``'s parameters swapped for ``model``'s (a deepcopy of it,
+        so their modules pair up in order) for as long as it runs: a loss that reaches
+        ``base.logit_scale`` reaches the copy's."""
+        pairs = []
+        for (name, mine), (other, theirs) in zip(base.named_modules(), model.named_modules()):
+            if name != other:
+                raise CommschedError(f"a copy of the model has module {other!r} where the model has {name!r}")
+            pairs += [(mine._parameters, k, p) for k, p in theirs._parameters.items() if p is not None]
+
+        def routed(out):
+            saved = [(d, k, d[k]) for d, k, _ in pairs]
+            for d, k, p in pairs:
+                d[k] = p
+            try:
+                return loss_fn(out)
+            finally:
+                for d, k, p in saved:
+                    d[k] = p
+
+        return routed
 
     def optimizer(self, module: nn.Module) -> torch.optim.SGD:
         """SGD (momentum 0.9) over ``module``'s trainable parameters (a :meth:`module`), with the shared
@@ -435,12 +523,12 @@ class ProfileStepRunner:
         from commsched.runtime.data_parallel import ddp_options
         from commsched.runtime.record import StepRecorder
 
-        self.model = shared.module()
+        self.model, self.loss_fn = shared.module_with_loss(loss_fn)
         plan = make_plan(SyncEASGD(), order, _NO_COSTS)
         self.ddp = nn.parallel.DistributedDataParallel(self.model, **ddp_options(plan, self.model))
         self.recorder = StepRecorder(self.ddp, order=order.names)
         self.opt = shared.optimizer(self.model)
-        self.inputs, self.loss_fn = inputs, loss_fn
+        self.inputs = inputs
         self._kept: list[tuple] = []
         self._light: list[tuple[float, float]] = []
         self.stamps = LightStamps(self.ddp, order.names)
@@ -500,10 +588,10 @@ class Variant:
         from commsched.runtime.data_parallel import ddp_options
 
         self.plan = plan
-        self.model = shared.module()
+        self.model, self.loss_fn = shared.module_with_loss(loss_fn)
         self.options = ddp_options(plan, self.model) if plan is not None else {}
         self.opt = shared.optimizer(self.model)
-        self.inputs, self.loss_fn = inputs, loss_fn
+        self.inputs = inputs
         self.ddp: nn.parallel.DistributedDataParallel | None = None
 
     def start(self) -> None:

@@ -167,7 +167,7 @@ def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
     """The whole validation; returns the report on rank 0 (None elsewhere)."""
     job = prepare(cfg, progress)
     memory_phase(job)
-    job.shared = SharedWeights(job.base, cfg.lr)
+    job.shared = SharedWeights(job.base, cfg.lr, repr(cfg.model))
     before = profile_phase(job)
     comm_phase(job, before)
     runtime_phase(job, before)
@@ -296,6 +296,8 @@ def profile_phase(job: Job) -> Before:
     # every rank measured the same model on the same inputs: every rank stops here alike
     check_every_gradient(cfg.model, job.base, order.names, "validate", plan_for=False)
     job.base.zero_grad(set_to_none=True)  # its gradients are nobody's now (the models share its weights only)
+    with runs_on(cfg.model, job.inputs):  # a loss using the model's own parameters gets each copy's
+        job.shared.route_loss(job.inputs, job.loss_fn)
     runner = ProfileStepRunner(order, job.shared, job.inputs, job.loss_fn)
     for i in range(cfg.profile_iters + 2):
         runner.step(keep=i >= 2)
@@ -330,16 +332,22 @@ def comm_phase(job: Job, before: Before) -> None:
     before.samples = samples
 
 
+def _model_inputs_loss(shared: SharedWeights, job: Job) -> tuple:
+    """A model over the shared weights, the inputs, and its loss function (:meth:`SharedWeights.module_with_loss`)."""
+    model, loss_fn = shared.module_with_loss(job.loss_fn)
+    return model, job.inputs, loss_fn
+
+
 def runtime_phase(job: Job, before: Before) -> None:
     """3/5: the launch passes and the probe (:mod:`.probes`), ``probe_iters`` samples of every rank,
     fitted (:mod:`commsched.calibrate`) into the semantics the plans are made for."""
     cfg, shared = job.cfg, job.shared
     job.say("3/5 measuring the runtime: concurrency, compute under an all-reduce, all-reduces under compute")
     launches = (
-        LaunchSteps(before.order, shared.module(), job.inputs, job.loss_fn),
-        LaunchSteps(before.order, shared.module(), job.inputs, job.loss_fn, mid_pass_planner(before.order)),
+        LaunchSteps(before.order, *_model_inputs_loss(shared, job)),
+        LaunchSteps(before.order, *_model_inputs_loss(shared, job), mid_pass_planner(before.order)),
     )
-    probe = Probe(shared.module(), job.inputs, job.loss_fn, before.cluster.allreduce, before.max_bytes, launches)
+    probe = Probe(*_model_inputs_loss(shared, job), before.cluster.allreduce, before.max_bytes, launches)
     samples = pooled(gather([probe.sample() for _ in range(cfg.probe_iters)]))
     contention = broadcast_obj({**contention_of(samples, cfg.resamples, job.threads), **probe.info()})
     if contention["concurrency_gain"]:  # the chains ran two at a time: back to one alone
