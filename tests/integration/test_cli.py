@@ -163,6 +163,14 @@ def test_layers_ranks_vgg16s_classifier_first_and_compares_the_replacement(tmp_p
     assert doc["layers"][0]["layer"] == "classifier.0" and doc["cluster"] == "osf-2080ti-25gbe"
     sf = doc["scaling_factors"]
     assert all(sf["vgg16_nin"][n] > sf["vgg16"][n] for n in ("8", "32"))
+    # several models in one flag, as --strategy takes them; a misspelt one fails before the ranking
+    r = run("layers", "--model", "resnet18", "--replaced-by", "vgg16_nin,vgg16", "--replaced-by", "vgg16", "--sweep", "8", "--json")
+    assert r.returncode == 0, r.stderr
+    assert list(json.loads(r.stdout)["scaling_factors"]) == ["resnet18", "vgg16_nin", "vgg16"]
+    r = run("layers", "--model", "resnet18", "--replaced-by", "vgg61")
+    assert r.returncode == 2 and "unknown model 'vgg61'" in r.stderr and "re-planning" not in r.stderr
+    r = run("layers", "--model", "resnet18", "--replaced-by", "vgg16,")
+    assert r.returncode == 2 and "--replaced-by takes model names, one per flag or separated by commas, got 'vgg16,'" in r.stderr
     r = run("layers", "--model", "vgg16", "--cluster", "rs-2xv100s-pcie")
     assert r.returncode == 2 and "per-bucket resources" in r.stderr
     r = run("layers", "--profile", PROFILE, "--model", "vgg16")

@@ -19,7 +19,8 @@ from commsched.errors import CommschedError
 @click.option("--workers", type=int, default=None, help="Rescale the cluster to this many workers.")
 @click.option("--strategy", default="optimal", show_default=True, help="Strategy whose plan is re-made for each layer.")
 @click.option("--top", default=10, show_default=True, type=int, help="Layers to print.")
-@click.option("--replaced-by", "alternatives", multiple=True, help="Zoo model(s) to compare scaling factors with (e.g. vgg16_nin).")
+@click.option("--replaced-by", "alternatives", multiple=True,
+              help="Model(s) to compare scaling factors with (e.g. vgg16_nin; several: a,b or the flag again).")
 @click.option("--sweep", "workers_spec", default="4,8,16,32", show_default=True, help="Worker counts of the comparison.")
 @click.option("--json", "as_json", is_flag=True, help="Print the ranking (and comparison) as JSON on stdout.")
 def layers(
@@ -38,6 +39,11 @@ def layers(
     chosen = planner(strategy)
     if chooses_resources(chosen):
         raise CommschedError(f"layers compares plain plans; {strategy!r} plans per-bucket resources")
+    # "a,b" names two models, as --strategy's lists do
+    names = [n.strip() for a in alternatives for n in a.split(",")]
+    if any(not n for n in names):
+        raise CommschedError(f"--replaced-by takes model names, one per flag or separated by commas, got {', '.join(map(repr, alternatives))}")
+    alternatives = tuple(dict.fromkeys(names))
     if given("workers_spec") and not alternatives:
         raise CommschedError(f"--sweep {workers_spec} sets the worker counts of --replaced-by's comparison; give --replaced-by too, or --workers to rank at one count")
     sweep_workers = expand_workers(workers_spec) if alternatives else ()
@@ -47,13 +53,12 @@ def layers(
         raise CommschedError("--replaced-by compares zoo models; rank a profile file without it")
     refuse_zoo_options([profile_path] if profile_path else [], [], (("--model", "model"),))
     (prof,) = profiles([profile_path] if profile_path else [], [] if profile_path else [model], batch_size, device, image_size, None, dtype).values()
+    # the comparison's models before the ranking's minutes: a misspelt name fails at once
+    alt = profiles([], list(alternatives), batch_size, device, image_size, None, dtype) if alternatives else {}
     layer_count = len({layer_of(t.name) for t in prof.tensors})
     with progress(True, f"re-planning {prof.model} without each layer", layer_count) as bar:
         ranking = rank_layers(prof, c, chosen, progress=bar.advance)
-    compared = {}
-    if alternatives:
-        alt = profiles([], list(alternatives), batch_size, device, image_size, None, dtype)
-        compared = scaling_factors([prof, *alt.values()], c, sweep_workers, chosen)
+    compared = scaling_factors([prof, *alt.values()], c, sweep_workers, chosen) if alternatives else {}
     if as_json:
         from commsched.formats.io import dumps
 
