@@ -471,3 +471,18 @@ def test_commscheds_own_warnings_are_one_line_and_other_librarys_are_handed_on()
         said = err.getvalue().decode()
     assert said == "commsched: warning: it ran out\\nof budget\n"
     assert handed_on == ["/elsewhere/torch/nn/modules/module.py"]
+
+
+def test_rows_tied_with_the_recommendation_follow_it_and_a_profile_without_a_device_says_none(tmp_path):
+    """A one-tensor model makes every plan one bucket: stock DDP's is recommended, so its row leads
+    the tie (it was listed last, under wfbp's). A profile with no device named printed "(batch 1, , measured)"."""
+    import json
+
+    prof = tmp_path / "one.json"
+    prof.write_text(json.dumps({"schema": "commsched.profile/v1", "model": "one", "batch_size": 1, "source": "measured",
+                                "forward_s": 0.01, "tensors": [{"name": "w", "bytes": 4_000_000, "backward_s": 0.02}]}))
+    r = run("plan", "--profile", str(prof), "--strategy", "wfbp,synceasgd,ddp", "--out", str(tmp_path / "o"))
+    assert r.returncode == 0, r.stderr
+    rows = [line.split("│")[1].strip() for line in r.stdout.splitlines() if line.startswith("│")]
+    assert rows == ["ddp *", "wfbp", "synceasgd"], r.stdout
+    assert "one (batch 1, measured) on v100-10gbe" in r.stdout

@@ -76,7 +76,7 @@ def _print_comparison(cmp) -> None:
     t = Table(
         # names from files are text, not rich markup: a cluster called "[/x]" must not fail the table
         title=escape(
-            f"{p.model} (batch {p.batch_size}, {p.device}, {p.source}) on {c.name}: {c.workers} workers, "
+            f"{p.model} (batch {p.batch_size}, {p.device + ', ' if p.device else ''}{p.source}) on {c.name}: {c.workers} workers, "
             f"all-reduce {getattr(c.allreduce, 'algorithm', None) or c.allreduce.to_json()['model']}"
             + (f" ({c.workers // c.gpus_per_node} nodes x {c.gpus_per_node} GPUs)" if c.gpus_per_node else "")
             + f", runtime {_describe_semantics(cmp.semantics)}"
@@ -97,7 +97,14 @@ def _print_comparison(cmp) -> None:
     for col in cols:
         t.add_column(col, justify="left" if col == "strategy" else "right")
     rec = cmp.recommended
-    for name, r in sorted(cmp.rows.items(), key=lambda kv: kv[1].timeline.iteration_s):
+    rec_s = cmp.rows[rec.strategy].timeline.iteration_s
+
+    def order(row) -> tuple[float, bool]:
+        # rows tied with the recommendation (as recommend() ties them) sit with it, it first
+        s = row[1].timeline.iteration_s
+        return (rec_s if abs(s - rec_s) <= 1e-9 * abs(rec_s) else s, row[0] != rec.strategy)
+
+    for name, r in sorted(cmp.rows.items(), key=order):
         tl = r.timeline
         t.add_row(
             f"[bold]{escape(name)} *[/bold]" if name == rec.strategy else escape(name),

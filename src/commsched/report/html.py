@@ -521,7 +521,7 @@ _JS = r"""
     var byName = {};
     d.strategies.forEach(function (s) { byName[s.name] = s; });
     el("h2", {}, sec, d.title);
-    el("p", {"class": "note"}, sec, "batch " + d.batch_size + " per worker on " + d.device + " (" + d.profile_source + " profile), " +
+    el("p", {"class": "note"}, sec, "batch " + d.batch_size + " per worker" + (d.device ? " on " + d.device : "") + " (" + d.profile_source + " profile), " +
       d.cluster.workers + " workers, all-reduce " + d.cluster.allreduce + ", runtime " + d.runtime + "; predicted, per iteration. Fastest: " + d.best + "." +
       (d.recommended ? " Recommended (what to run): " + d.recommended.strategy + ", " + d.recommended.reason + "." : ""));
     el("h3", {}, sec, "Strategies");
