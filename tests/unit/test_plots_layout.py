@@ -170,3 +170,13 @@ def test_scale_title_worker_labels_and_speedups_below_one_stay_readable(tmp_path
     speedups = [t.get_text() for t in ax_sp.get_yticklabels() if t.get_text()]
     assert "0" not in speedups and any(s.startswith("0.") for s in speedups)
     assert not any("e+" in s for s in speedups)  # 2**20 workers read "1.04858e+06"
+
+
+def test_scale_panels_keep_the_models_order(tmp_path, saved_figures):
+    """scale's table lists models as given; the figure sorted them by name (resnet50 above bert_base)."""
+    rows = [{"model": m, "strategy": "ddp", "algorithm": "ring", "workers": w, "iteration_s": 0.2, "compute_s": 0.1,
+             "non_overlapped_comm_s": 0.1, "scaling_factor": 0.5, "speedup": w * 0.5}
+            for m in ("resnet50", "bert_base", "alexnet") for w in (2, 4)]
+    scaling_png(rows, tmp_path / "scale.png")
+    (fig,) = saved_figures
+    assert [ax.get_title() for ax in fig.axes[::2]] == ["resnet50", "bert_base", "alexnet"]

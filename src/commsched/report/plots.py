@@ -184,7 +184,7 @@ def _scaling_png(rows: Sequence[dict], path: str | Path, title: str, markers: Se
     series: dict[tuple, list[dict]] = {}
     for r in rows:
         series.setdefault((r["model"], r["strategy"], r["algorithm"]), []).append(r)
-    models = sorted({k[0] for k in series})
+    models = list(dict.fromkeys(k[0] for k in series))  # as the table lists them
     algos = sorted({k[2] for k in series})
     strategies = sorted({k[1] for k in series})
     # A strategy keeps one colour in every panel; with several algorithms the line style says the
