@@ -198,6 +198,27 @@ def test_a_loss_that_uses_the_models_own_parameters_reaches_each_copys():
     assert plain.module_with_loss(loss_fn)[1] is loss_fn  # nothing in the way of a plain loss
 
 
+def test_a_hook_closed_over_the_model_reaches_each_copys_parameters():
+    """A forward hook of the user's, copied with the model, still names the original: it is sent to
+    the copy's parameters for the forward, as the loss is."""
+    from commsched.runtime.validate.probes import SharedWeights
+
+    base = torch.nn.Sequential(torch.nn.Linear(4, 3))
+    base.register_parameter("scale", torch.nn.Parameter(torch.tensor(0.5)))
+    base.register_forward_hook(lambda m, i, out: out * base.scale)
+    base.register_forward_pre_hook(lambda m, args: (args[0] + base.scale,))
+    shared = SharedWeights(base, lr=0.1)
+    shared.route_loss((torch.randn(2, 4),), lambda out: out.sum())
+    assert shared.routed
+    copy, loss = shared.module_with_loss(lambda out: out.sum())
+    loss(copy(torch.randn(2, 4))).backward()
+    assert copy.scale.grad is not None and base.scale.grad is None
+    assert base.scale is not copy.scale and base[0].weight is not copy[0].weight  # put back after the forward
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):  # a forward that fails puts them back too
+        copy(torch.randn(2, 5))
+    assert base.scale is not copy.scale
+
+
 def test_a_loss_holding_a_parameter_of_its_own_is_one_error_naming_it():
     from commsched.runtime.validate.probes import SharedWeights
 
@@ -205,7 +226,7 @@ def test_a_loss_holding_a_parameter_of_its_own_is_one_error_naming_it():
     temp = torch.nn.Parameter(torch.tensor(1.5))
     model.register_parameter("temp", temp)
     shared = SharedWeights(model, lr=0.1, name="'m'")
-    with pytest.raises(CommschedError, match=r"loss function of 'm' uses 1 parameter\(s\) of the model it was given directly \(temp\)"):
+    with pytest.raises(CommschedError, match=r"loss function of 'm' \(or a hook of its model\) uses 1 parameter\(s\) of the model it was given directly \(temp\)"):
         shared.route_loss((torch.randn(3, 4),), lambda out: (out * temp).sum())
 
 

@@ -156,9 +156,9 @@ class SharedWeights:
     The copies are ``copy.deepcopy``'s, the parameters mapped to their new objects. An attribute
     deepcopy cannot copy (a ``threading.Lock``, a tensor autograd made and the model kept) is shared
     by every copy instead. A loss function that uses the model's own parameters (CLIP's logit
-    scale, an ``lm_head`` applied in the loss) reaches the original's, which no DDP reduces:
-    :meth:`route_loss` finds that and :meth:`module_with_loss` then sends each copy's loss to that
-    copy's parameters.
+    scale, an ``lm_head`` applied in the loss), or a hook closed over the model, reaches the
+    original's, which no DDP reduces: :meth:`route_loss` finds that and :meth:`module_with_loss`
+    then sends each copy's forward and loss to that copy's parameters.
     """
 
     def __init__(self, base: nn.Module, lr: float, name: str = "the model") -> None:
@@ -200,25 +200,25 @@ class SharedWeights:
         return found
 
     def route_loss(self, inputs: Inputs, loss_fn) -> None:
-        """Whether ``loss_fn`` uses the model's own parameters beside its output: one forward and
-        backward pass of a copy, then of a copy whose loss is routed (:meth:`module_with_loss`). An
-        error names the parameters the loss holds itself (a ``Parameter`` captured, not reached
-        through the model), which no copy can be given. Every rank runs it alike (no collectives)."""
-        model = self.module()
-        if not self._reached(model, inputs, loss_fn):
+        """Whether the loss, or a hook of the model's, uses the model's own parameters beside its
+        output: one forward and backward pass of a copy, then of a routed copy
+        (:meth:`module_with_loss`). An error names the parameters still reached (a ``Parameter``
+        the loss holds itself, not through the model), which no copy can be given. Every rank runs
+        it alike (no collectives)."""
+        if not self._reached(self.module(), loss_fn, inputs):
             return
         self.routed = True
-        held = self._reached(model, inputs, self._routed(self.base, model, loss_fn))
+        held = self._reached(*self.module_with_loss(loss_fn), inputs=inputs)
         if held:
             raise CommschedError(
-                f"the loss function of {self.name} uses {len(held)} parameter(s) of the model it was given directly "
-                f"({', '.join(held[:3])}{', ...' if len(held) > 3 else ''}): validate trains copies of the model, and a loss can "
-                "be sent to a copy's parameters only where it reaches them through the model (model.logit_scale, "
-                "model.lm_head(x)), not as Parameter objects of its own"
+                f"the loss function of {self.name} (or a hook of its model) uses {len(held)} parameter(s) of the model "
+                f"it was given directly ({', '.join(held[:3])}{', ...' if len(held) > 3 else ''}): validate trains copies "
+                "of the model, and a loss or hook can be sent to a copy's parameters only where it reaches them through "
+                "the model (model.logit_scale, model.lm_head(x)), not as Parameter objects of its own"
             )
 
-    def _reached(self, model: nn.Module, inputs: Inputs, loss_fn) -> list[str]:
-        """The original's parameters that ``loss_fn`` on ``model``'s output gave a gradient."""
+    def _reached(self, model: nn.Module, loss_fn, inputs: Inputs) -> list[str]:
+        """The original's parameters that a step of ``model`` (forward, ``loss_fn``, backward) gave a gradient."""
         self.base.zero_grad(set_to_none=True)
         loss_fn(call_with(model, inputs)).backward()
         release_grads(model)
@@ -227,33 +227,43 @@ class SharedWeights:
         return names
 
     def module_with_loss(self, loss_fn) -> tuple[nn.Module, object]:
-        """A :meth:`module` and the loss function to train it with: ``loss_fn`` itself, or where it
-        uses the model's own parameters (:meth:`route_loss`), ``loss_fn`` with those of the copy."""
+        """A :meth:`module` and the loss function to train it with: ``loss_fn`` itself, or where the
+        loss or a hook uses the model's own parameters (:meth:`route_loss`), a copy whose forward
+        and loss run with the original's parameters swapped for the copy's (a loss or hook that
+        reaches ``model.logit_scale`` reaches the copy's)."""
         model = self.module()
-        return model, self._routed(self.base, model, loss_fn) if self.routed else loss_fn
-
-    @staticmethod
-    def _routed(base: nn.Module, model: nn.Module, loss_fn):
-        """``loss_fn`` calling with ``base``'s parameters swapped for ``model``'s (a deepcopy of it,
-        so their modules pair up in order) for as long as it runs: a loss that reaches
-        ``base.logit_scale`` reaches the copy's."""
-        pairs = []
-        for (name, mine), (other, theirs) in zip(base.named_modules(), model.named_modules()):
+        if not self.routed:
+            return model, loss_fn
+        pairs = []  # a deepcopy: the two models' modules pair up in order
+        for (name, mine), (other, theirs) in zip(self.base.named_modules(), model.named_modules()):
             if name != other:
-                raise CommschedError(f"a copy of the model has module {other!r} where the model has {name!r}")
+                raise CommschedError(f"a copy of {self.name} has module {other!r} where the model has {name!r}")
             pairs += [(mine._parameters, k, p) for k, p in theirs._parameters.items() if p is not None]
+        saved: list[tuple] = []
+
+        def swap(*_) -> None:
+            if not saved:
+                saved.extend((d, k, d[k]) for d, k, _ in pairs)
+                for d, k, p in pairs:
+                    d[k] = p
+
+        def restore(*_) -> None:
+            for d, k, p in saved:
+                d[k] = p
+            saved.clear()
+
+        # first before the model's own pre-hooks, last after its hooks (and after an error too)
+        model.register_forward_pre_hook(swap, prepend=True)
+        model.register_forward_hook(restore, always_call=True)
 
         def routed(out):
-            saved = [(d, k, d[k]) for d, k, _ in pairs]
-            for d, k, p in pairs:
-                d[k] = p
+            swap()
             try:
                 return loss_fn(out)
             finally:
-                for d, k, p in saved:
-                    d[k] = p
+                restore()
 
-        return routed
+        return model, routed
 
     def optimizer(self, module: nn.Module) -> torch.optim.SGD:
         """SGD (momentum 0.9) over ``module``'s trainable parameters (a :meth:`module`), with the shared
