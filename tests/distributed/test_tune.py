@@ -172,6 +172,18 @@ def test_a_loop_with_accumulation_and_evaluation_forwards_keeps_stock_ddps_param
             assert again["from_memory"] and again["decision"] == keep
 
 
+def test_micro_batches_under_no_sync_with_find_unused_parameters_end_tuning_and_keep_stock_ddps_parameters(tmp_path, monkeypatch):
+    """TUNE_NO_SYNC_BRANCH: with find_unused_parameters each DDP tuning switches to is built afresh,
+    and one built at the synced micro-batch had not seen the micro-batches before it under
+    no_sync(): a parameter used only there was left un-averaged, and the ranks' replicas drifted
+    apart from the first trial step (a probe's). Tuning now ends at the first forward under no_sync()."""
+    monkeypatch.setenv("TUNE_NO_SYNC_BRANCH", "1")
+    for first, again in _runs(tmp_path, "unused", "plan", "wfbp", "0"):
+        for run in (first, again):
+            assert run["decision"] == "stock" and run["steps_to_decide"] == 0 and run["steps_by_variant"]["plan"] == 0
+            assert "no_sync()" in run["reason"]
+
+
 @pytest.mark.parametrize("keep", ["plan", "stock"])
 def test_a_compiled_model_tunes_and_keeps_stock_ddps_parameters(tmp_path, monkeypatch, keep):
     """TUNE_COMPILE: ``torch.compile`` over the wrapper, as over stock DDP. Dynamo must not trace the

@@ -140,7 +140,9 @@ class DataParallel(nn.parallel.DistributedDataParallel):
         the tuner chose for this step, over the same module (:mod:`commsched.runtime.tune`)."""
         if self.tuner is None:
             return super().forward(*inputs, **kwargs)
-        target = self.tuner.route(torch.is_grad_enabled() and self.require_backward_grad_sync, joining=self._join_config.enable)
+        grad = torch.is_grad_enabled()
+        target = self.tuner.route(grad and self.require_backward_grad_sync, joining=self._join_config.enable,
+                                  accumulating=grad and not self.require_backward_grad_sync)
         if target is None:
             return super().forward(*inputs, **kwargs)
         target.require_backward_grad_sync = self.require_backward_grad_sync  # no_sync() on this wrapper

@@ -43,7 +43,8 @@ ring all-reduce may add an element's values in an order that depends on where it
 as any change of ``bucket_cap_mb`` does.
 
 A step is a forward with gradients on and its backward. Forwards under ``no_grad`` or ``no_sync()``
-are not counted and run on the DDP of the step in progress. A forward with gradients on that no
+are not counted and run on the DDP of the step in progress (with ``find_unused_parameters``, a
+forward with gradients on under ``no_sync()`` ends tuning: :meth:`Tuner.end_for_no_sync`). A forward with gradients on that no
 backward follows (an evaluation forward outside ``no_grad``) leaves the reducer of the DDP that ran
 it waiting for a backward; every DDP over the module hooks the same parameters, so another DDP's
 backward would fire it too (a second all-reduce of every bucket, and with
@@ -340,11 +341,15 @@ class Tuner:
     # --- what runs each step ---------------------------------------------------------------------
 
     @torch._disable_dynamo  # tuning's own work, called from a compiled model's forward: never traced
-    def route(self, counted: bool, joining: bool = False) -> nn.Module | None:
+    def route(self, counted: bool, joining: bool = False, accumulating: bool = False) -> nn.Module | None:
         """The DDP for this forward (None: the wrapper's own); counted steps advance the tuning.
-        ``joining``: a ``Join`` context is in effect over the wrapper, which ends tuning (:meth:`end_for_join`)."""
+        ``joining``: a ``Join`` context is in effect over the wrapper, which ends tuning (:meth:`end_for_join`).
+        ``accumulating``: a forward with gradients on under ``no_sync()``, which with
+        ``find_unused_parameters`` ends tuning (:meth:`end_for_no_sync`)."""
         if joining:
             self.end_for_join()
+        if accumulating and self.fresh_per_switch:
+            self.end_for_no_sync()
         if not counted or self.phase == "done":
             return self.active
         if not self.backward_seen:  # the last counted forward had no backward: this one is the same step, on its DDP
@@ -379,6 +384,22 @@ class Tuner:
             return
         why = f"join() began after {self.step} steps, before tuning decided: a rank out of inputs shadows one DDP's collectives"
         self._end_early(why, "join()", winner=True)
+
+    def end_for_no_sync(self) -> None:
+        """End tuning at a forward with gradients on under ``no_sync()`` (a micro-batch accumulated
+        before the step's synced one) where the DDPs tuning switches to are built afresh
+        (``find_unused_parameters``): a reducer counts a parameter as used where any micro-batch of
+        the step used it, on the DDP that ran that micro-batch, so a DDP built at the synced
+        micro-batch would leave a parameter only the others used un-averaged, and the ranks'
+        replicas would drift apart. The switch to the DDP kept happens here, before this micro-batch,
+        so the step runs on one DDP, as on stock DDP. A decision made stands; else the plan measured
+        fastest so far against stock DDP's defaults, else stock DDP's default buckets; neither is
+        remembered. Every rank calls it at the same forward (the loop's micro-batches are every rank's)."""
+        if self.phase == "done":
+            return
+        why = (f"a micro-batch under no_sync() came after {self.step} steps, before tuning decided: with find_unused_parameters "
+               "each DDP tuning switches to is built afresh, and one built after it would not count the parameters it used")
+        self._end_early(why, "no_sync()", winner=True)
 
     def end_for_trainable_change(self) -> None:
         """End tuning, between steps, where the parameters that require a gradient are no longer

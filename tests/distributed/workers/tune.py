@@ -16,7 +16,9 @@ others; DDP with ``gradient_as_bucket_view=True``), TUNE_COMPILE=1 (stock DDP an
 each under ``torch.compile``, backend ``aot_eager``: no C++ compiler needed), TUNE_JOIN_AT=N (uneven
 inputs: rank r runs 3 r steps more, inside ``model.join()`` from step N on, stock DDP's too;
 TUNE_JOIN_ENABLE=0: ``model.join(enable=False)``, with even inputs; TUNE_JOIN_SHORT=1: rank 0 runs
-N steps only, its join context empty, shadowing the others' from its start).
+N steps only, its join context empty, shadowing the others' from its start), TUNE_NO_SYNC_BRANCH=1
+(model ``unused``: before every step a micro-batch under ``no_sync()`` that uses the branch, which
+the step itself uses on rank 0 at even steps only).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ COMPILE = os.environ.get("TUNE_COMPILE") == "1"
 JOIN_AT = int(os.environ["TUNE_JOIN_AT"]) if os.environ.get("TUNE_JOIN_AT") else None
 JOIN_ENABLE = os.environ.get("TUNE_JOIN_ENABLE", "1") == "1"  # 0: model.join(enable=False)
 JOIN_SHORT = os.environ.get("TUNE_JOIN_SHORT") == "1"  # rank 0 is out of inputs as the join begins
+NO_SYNC_BRANCH = os.environ.get("TUNE_NO_SYNC_BRANCH") == "1"
 STEPS = 34 if SLOW_FIRST or SLOW_STOCK else 26
 VOCAB, D = 40, 32
 
@@ -137,6 +140,10 @@ def train(wrapped: nn.Module, module: nn.Module, rank: int) -> None:
         if ODD_LOOP and step % 3 == 0:  # a micro-batch accumulated without an all-reduce
             with wrapped.no_sync():
                 step_loss(wrapped, rank, 10_000 + step).backward()
+        if NO_SYNC_BRANCH:  # the branch used in a micro-batch without an all-reduce: stock DDP averages its gradient
+            with wrapped.no_sync():
+                x, y = common.batch(rank, 10_000 + step)
+                nn.functional.cross_entropy(wrapped(x, use_extra=True), y).backward()
         step_loss(wrapped, rank, step).backward()
         opt.step()
         if ODD_LOOP and step % 2 == 1:  # an evaluation forward: under no_grad, or with gradients on and no backward
