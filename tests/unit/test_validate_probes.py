@@ -258,6 +258,66 @@ def test_attributes_deepcopy_cannot_copy_are_shared_by_the_copies():
     assert shared.module().lock is base.lock  # found once, kept for every later copy
 
 
+class _CachingHead(torch.nn.Linear):
+    def forward(self, h):
+        self.last = super().forward(h)  # a tensor autograd made, kept by the module
+        return self.last
+
+
+def test_an_uncopyable_attribute_the_models_own_forward_replaces_is_found_again():
+    """A head applied in the loss runs the original's forward (routed), which replaces its kept
+    tensor: the next copy failed on the new one ("cannot copy it")."""
+    from commsched.runtime.validate.probes import SharedWeights
+
+    base = torch.nn.Module()
+    base.body, base.head = torch.nn.Linear(4, 4), _CachingHead(4, 2)
+    base.forward = lambda x: base.body(x)
+    loss = lambda out: base.head(out).square().mean()  # noqa: E731
+    inputs = (torch.randn(3, 4),)
+    loss(base(*inputs)).backward()  # the model keeps a tensor autograd made
+    shared = SharedWeights(base, lr=0.1)
+    shared.route_loss(inputs, loss)
+    for _ in range(3):
+        copy, routed = shared.module_with_loss(loss)
+        routed(copy(*inputs)).backward()
+        assert copy.head.weight.grad is not None
+
+
+class _Counter:
+    """A hook object deepcopy cannot copy (it holds a lock)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.lock, self.calls = threading.Lock(), 0
+
+    def __call__(self, module, args) -> None:
+        with self.lock:
+            self.calls += 1
+
+
+def test_a_hook_deepcopy_cannot_copy_is_shared_but_each_copy_keeps_its_own_hooks():
+    """The root's whole hook dict was shared when one hook in it could not be copied: every copy's
+    routing hooks went into the model's dict, and a copy's forward ran with another copy's
+    parameters (its own got no gradient)."""
+    from commsched.runtime.validate.probes import SharedWeights
+
+    base = torch.nn.Sequential(torch.nn.Linear(4, 3))
+    base.register_parameter("scale", torch.nn.Parameter(torch.tensor(0.5)))
+    counter = _Counter()
+    base.register_forward_pre_hook(counter)
+    base.register_forward_hook(lambda m, i, out: out * base.scale)
+    hooks = len(base._forward_pre_hooks)
+    shared = SharedWeights(base, lr=0.1)
+    shared.route_loss((torch.randn(2, 4),), lambda out: out.sum())
+    copies = [shared.module_with_loss(lambda out: out.sum()) for _ in range(3)]
+    for copy, loss in copies:
+        loss(copy(torch.randn(2, 4))).backward()
+        assert copy.scale.grad is not None and base.scale.grad is None
+        assert copy._forward_pre_hooks is not base._forward_pre_hooks
+    assert len(base._forward_pre_hooks) == hooks and counter.calls == 2 + 3  # route_loss's two passes, then each copy's
+
+
 def test_a_model_deepcopy_cannot_copy_at_all_is_one_error():
     from commsched.runtime.validate.probes import SharedWeights
 

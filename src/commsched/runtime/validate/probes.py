@@ -169,34 +169,49 @@ class SharedWeights:
         with torch.no_grad():
             self.initial = [p.detach().clone() for p in self.params]
         self.momentum = [torch.zeros_like(p) if p.requires_grad else None for p in self.params]
-        self._shared_attrs: dict[int, object] | None = None  # found on the first copy that fails
+        self._shared_attrs: dict[int, object] = {}  # what deepcopy cannot copy (:meth:`_uncopyable`)
         self.routed = False  # the loss reaches the model's own parameters (:meth:`route_loss`)
 
     def module(self) -> nn.Module:
         """A copy of the model (its own buffers) whose parameters share this storage."""
-        memo = {id(p): nn.Parameter(p.data, requires_grad=p.requires_grad) for p in self.params}
-        try:
-            return copy.deepcopy(self.base, {**memo, **(self._shared_attrs or {})})
-        except Exception as e:  # noqa: BLE001 - the user's attributes raise what they raise
-            if self._shared_attrs is not None:
-                raise CommschedError(
-                    f"validate trains copies of {self.name} (copy.deepcopy over its weights) and cannot copy it: "
-                    f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-                ) from e
-        self._shared_attrs = self._uncopyable()
-        return self.module()
+        for attempt in range(2):
+            memo = {id(p): nn.Parameter(p.data, requires_grad=p.requires_grad) for p in self.params}
+            try:
+                return copy.deepcopy(self.base, {**memo, **self._shared_attrs})
+            except Exception as e:  # noqa: BLE001 - the user's attributes raise what they raise
+                if attempt:
+                    raise CommschedError(
+                        f"validate trains copies of {self.name} (copy.deepcopy over its weights) and cannot copy it: "
+                        f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+                    ) from e
+            # found again at each failure: the model's own forward (run by a routed loss) may have
+            # replaced one (a tensor it keeps from its last call)
+            self._shared_attrs = self._uncopyable()
+        raise AssertionError("unreachable")
 
     def _uncopyable(self) -> dict[int, object]:
-        """The model's attributes that deepcopy fails on, by id (a deepcopy memo: the copies share them)."""
+        """The model's attributes that deepcopy fails on, by id (a deepcopy memo: the copies share
+        them). Of a dict (a module's hooks), the items that fail, so that each copy has its own."""
+        params = {id(p): p for p in self.params}
+
+        def copies(value, shared: dict) -> bool:
+            try:
+                copy.deepcopy(value, {**params, **shared})
+            except Exception:  # noqa: BLE001 - whatever it raises, the copies share it
+                return False
+            return True
+
         found: dict[int, object] = {}
         for m in self.base.modules():
             for key, value in vars(m).items():
-                if key in ("_parameters", "_buffers", "_modules"):
+                if key in ("_parameters", "_buffers", "_modules") or copies(value, {}):
                     continue
-                try:
-                    copy.deepcopy(value, {id(p): p for p in self.params})
-                except Exception:  # noqa: BLE001 - whatever it raises, the copies share it
-                    found[id(value)] = value
+                if isinstance(value, dict):
+                    items = {id(v): v for v in value.values() if not copies(v, {})}
+                    if copies(value, items):
+                        found.update(items)
+                        continue
+                found[id(value)] = value
         return found
 
     def route_loss(self, inputs: Inputs, loss_fn) -> None:
@@ -252,6 +267,10 @@ class SharedWeights:
                 d[k] = p
             saved.clear()
 
+        # the copy's own hook dicts, whatever it shares with the model (swap and restore are this copy's)
+        for key in ("_forward_pre_hooks", "_forward_hooks", "_forward_hooks_always_called"):
+            if getattr(model, key) is getattr(self.base, key):
+                setattr(model, key, type(getattr(model, key))(getattr(model, key)))
         # first before the model's own pre-hooks, last after its hooks (and after an error too)
         model.register_forward_pre_hook(swap, prepend=True)
         model.register_forward_hook(restore, always_call=True)
