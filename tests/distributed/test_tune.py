@@ -184,6 +184,18 @@ def test_micro_batches_under_no_sync_with_find_unused_parameters_end_tuning_and_
             assert "no_sync()" in run["reason"]
 
 
+def test_a_static_graph_set_after_wrapping_ends_tuning_on_stock_ddps_buckets(tmp_path, monkeypatch):
+    """TUNE_STATIC_LATE: ``_set_static_graph()`` on the wrapper after it was built. The DDPs tuning
+    built took the constructor's flags, not static: a probe's model reusing a layer in two
+    reentrant checkpoints trained under stock DDP and failed at the first plan step ("mark a
+    variable ready only once"). Tuning ends there, on stock DDP's buckets, static."""
+    monkeypatch.setenv("TUNE_STATIC_LATE", "1")
+    for first, again in _runs(tmp_path, "net", "plan", "wfbp", "0"):
+        for run in (first, again):
+            assert run["decision"] == "stock" and run["steps_by_variant"]["plan"] == 0 and not run["from_memory"]
+            assert "_set_static_graph()" in run["reason"]
+
+
 @pytest.mark.parametrize("keep", ["plan", "stock"])
 def test_a_compiled_model_tunes_and_keeps_stock_ddps_parameters(tmp_path, monkeypatch, keep):
     """TUNE_COMPILE: ``torch.compile`` over the wrapper, as over stock DDP. Dynamo must not trace the

@@ -160,6 +160,15 @@ class DataParallel(nn.parallel.DistributedDataParallel):
         target = self._ddp_for_hook()
         return super().register_comm_hook(state, hook) if target is None else target.register_comm_hook(state, hook)
 
+    def _set_static_graph(self):
+        """Stock DDP's (its constructor calls it for ``static_graph=True``). Called on the wrapper
+        after it was built, while tuning or after it kept a plan, it ends that first, as a comm
+        hook does (:meth:`~commsched.runtime.tune.Tuner.end_for_static_graph`)."""
+        super()._set_static_graph()
+        tuner = self.__dict__.get("tuner")
+        if tuner is not None:
+            tuner.end_for_static_graph()
+
     def _register_builtin_comm_hook(self, comm_hook_type):
         """As :meth:`register_comm_hook`, for torch's built-in hooks."""
         target = self._ddp_for_hook()

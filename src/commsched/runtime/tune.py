@@ -416,9 +416,21 @@ class Tuner:
         tuning neither records nor measures, so stock DDP's default buckets stay, whatever tuning
         decided, read from memory or was still measuring; the hook goes on the DDP then in use
         (:meth:`DataParallel.register_comm_hook`). Called between steps, as hooks are registered."""
-        why = "a comm hook was registered on the model (it issues the all-reduces, which tuning does not measure)"
+        self._back_to_stock("a comm hook was registered on the model (it issues the all-reduces, which tuning does not measure)", "a comm hook")
+
+    def end_for_static_graph(self) -> None:
+        """``_set_static_graph()`` called on the wrapper after it was built (DDP takes it before the
+        first step only): the DDPs tuning builds take the constructor's flags, so stock DDP's default
+        buckets stay, on the wrapper's own DDP (static now) or, with ``find_unused_parameters``, one
+        built static afresh, whatever tuning decided or read from memory; not remembered."""
+        self.ddp_kwargs["static_graph"] = True
+        self._back_to_stock("static_graph was set after the model was wrapped (_set_static_graph()), which the DDPs tuning "
+                            "builds do not take: pass static_graph=True to commsched.DataParallel to tune", "_set_static_graph()")
+
+    def _back_to_stock(self, why: str, what: str) -> None:
+        """Stock DDP's default buckets from now on: tuning ends (not remembered), or a plan kept goes."""
         if self.phase != "done":
-            self._end_early(why, "a comm hook", winner=False)
+            self._end_early(why, what, winner=False)
         elif self.decision == "plan":
             with self._buffer_flag_handed_on():
                 self.decision, self.reason = "stock", why

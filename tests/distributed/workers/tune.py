@@ -18,7 +18,8 @@ inputs: rank r runs 3 r steps more, inside ``model.join()`` from step N on, stoc
 TUNE_JOIN_ENABLE=0: ``model.join(enable=False)``, with even inputs; TUNE_JOIN_SHORT=1: rank 0 runs
 N steps only, its join context empty, shadowing the others' from its start), TUNE_NO_SYNC_BRANCH=1
 (model ``unused``: before every step a micro-batch under ``no_sync()`` that uses the branch, which
-the step itself uses on rank 0 at even steps only).
+the step itself uses on rank 0 at even steps only), TUNE_STATIC_LATE=1 (``_set_static_graph()``
+called on stock DDP and on the wrapper after they were built, as DDP allows before the first step).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ JOIN_AT = int(os.environ["TUNE_JOIN_AT"]) if os.environ.get("TUNE_JOIN_AT") else
 JOIN_ENABLE = os.environ.get("TUNE_JOIN_ENABLE", "1") == "1"  # 0: model.join(enable=False)
 JOIN_SHORT = os.environ.get("TUNE_JOIN_SHORT") == "1"  # rank 0 is out of inputs as the join begins
 NO_SYNC_BRANCH = os.environ.get("TUNE_NO_SYNC_BRANCH") == "1"
+STATIC_LATE = os.environ.get("TUNE_STATIC_LATE") == "1"
 STEPS = 34 if SLOW_FIRST or SLOW_STOCK else 26
 VOCAB, D = 40, 32
 
@@ -251,8 +253,13 @@ def main() -> None:
 
         return int(counters["stats"]["unique_graphs"])
 
+    def late(ddp: nn.Module) -> nn.Module:
+        if STATIC_LATE:
+            ddp._set_static_graph()
+        return ddp
+
     ref = make()
-    train(compiled(DDP(ref, find_unused_parameters=unused, **ddp_kwargs)), ref, rank)
+    train(compiled(late(DDP(ref, find_unused_parameters=unused, **ddp_kwargs))), ref, rank)
 
     cfg = TuneConfig(
         strategy=STRATEGY, keep=KEEP, warmup_steps=2, calibration_steps=3, min_gain=MIN_GAIN, max_cost=MAX_COST, cache_dir=CACHE, timeout_s=20,
@@ -264,7 +271,7 @@ def main() -> None:
     out = {"rank": rank, "runs": []}
     for _ in range(2):  # the second run is a restart of the same job: from memory
         model = make()
-        dp = DataParallel(model, tune=cfg, find_unused_parameters=unused, **ddp_kwargs)
+        dp = late(DataParallel(model, tune=cfg, find_unused_parameters=unused, **ddp_kwargs))
         before = graphs()
         train(compiled(dp), model, rank)
         rep = dp.tuning
