@@ -115,6 +115,18 @@ def test_a_job_too_short_to_tune_is_stock_ddp_and_remembers_nothing(tmp_path, mo
     assert len(lines) == 2 and all("not tuned" in line and str(tmp_path) not in line for line in lines), lines
 
 
+def test_ranks_that_tune_with_different_settings_are_one_error_on_each(tmp_path, monkeypatch):
+    """Rank 0 told the job runs 26 steps (too short to tune), rank 1 told 300: rank 1's probes met
+    rank 0's gradient all-reduces and gloo aborted both ("collective mismatch", a probe's)."""
+    monkeypatch.setenv("TUNE_TOTAL_STEPS", "26,300")
+    procs = run_workers("tune.py", ["net", "measured", "optimal", str(tmp_path)], timeout_s=120)
+    for rank, p in enumerate(procs):
+        assert p.returncode != 0
+        said = [line for line in p.stderr.splitlines() if "the ranks' TuneConfig differ in total_steps" in line]
+        assert said and f"this rank {rank} has total_steps={26 if rank == 0 else 300}" in said[0], p.stderr[-2000:]
+        assert "rank 1 against rank 0" in said[0]
+
+
 @pytest.mark.parametrize("model", ["tied", "unused"])
 def test_a_first_plan_that_loses_hands_over_to_the_caps_and_the_gradients_stay_stock_ddps(tmp_path, monkeypatch, model):
     """TUNE_SLOW_FIRST: the first plan (wfbp) runs 30 ms slower a step and loses inside the budget;

@@ -330,6 +330,7 @@ class Tuner:
         self.backward_seen = True
         self._grad_hooks: list = []
         t = time.perf_counter()
+        self._agree_on_config()
         self._load_memory()
         if self.phase != "done":
             self._grad_hooks = [p.register_post_accumulate_grad_hook(self._on_grad) for p in params.values()]
@@ -954,6 +955,26 @@ class Tuner:
         from commsched.runtime.resource_hook import device_backend
 
         return device_backend(dist.get_backend_config(self.group), "cuda" if self.cuda else "cpu") or "unknown"
+
+    # the settings every rank's steps follow (each rank counts its own phases; rank 0 decides the rest)
+    SHARED_SETTINGS = ("strategy", "warmup_steps", "calibration_steps", "min_gain", "max_cost", "rule", "keep", "total_steps",
+                       "min_job_steps", "fallback_caps_mb", "race_caps")
+
+    def _agree_on_config(self) -> None:
+        """An error on every rank where the ranks' ``TuneConfig`` differ in a setting their steps
+        follow: a rank told the job is too short to tune ran stock DDP's all-reduces while another
+        ran tuning's probes, and gloo aborted on the mismatched sizes (a probe's)."""
+        digests = [hashlib.sha1(repr(getattr(self.cfg, k)).encode()).hexdigest()[:6] for k in self.SHARED_SETTINGS]
+        everyone = [t.split(",") for t in gather_text(",".join(digests), self.group, self.device, self.rank, self.cfg.timeout_s, "tuning's start")]
+        differ = [k for i, k in enumerate(self.SHARED_SETTINGS) if len({d[i] for d in everyone}) > 1]
+        if differ:
+            ranks = sorted({r for r, d in enumerate(everyone) for i, k in enumerate(self.SHARED_SETTINGS) if k in differ and d[i] != everyone[0][i]})
+            mine = ", ".join(f"{k}={getattr(self.cfg, k)!r}" for k in differ)
+            raise CommschedError(
+                f"commsched tune: the ranks' TuneConfig differ in {', '.join(differ)} (rank{'s' if len(ranks) > 1 else ''} "
+                f"{few([str(r) for r in ranks])} against rank 0; "
+                f"this rank {self.rank} has {mine}): every rank must tune with the same settings"
+            )
 
     def _load_memory(self) -> None:
         cfg = self.cfg

@@ -5,7 +5,7 @@ and what tuning decided.
 argv: MODEL (tied | unused | mixed | net | ema) KEEP (measured | plan | stock) STRATEGY CACHE_DIR [MIN_GAIN] [MAX_COST]
 
 Environment: TUNE_CUDA=1 (NCCL, a GPU per rank), TUNE_DIE_RANK=R (rank R dies at the probes),
-TUNE_TOTAL_STEPS=N (the job says it runs N steps), TUNE_SLOW_FIRST=1 (the first plan tried runs
+TUNE_TOTAL_STEPS=N (the job says it runs N steps; N0,N1: each rank its own), TUNE_SLOW_FIRST=1 (the first plan tried runs
 30 ms slower a step, so that it loses, and the caps of 4 and 16 KiB whose buckets differ from it
 and from stock DDP's race next, said to be predicted faster: the path through a plan that lost),
 TUNE_SLOW_STOCK=1 (stock DDP's trial steps run 200 ms slower, so that the first plan wins, and the
@@ -264,7 +264,9 @@ def main() -> None:
     cfg = TuneConfig(
         strategy=STRATEGY, keep=KEEP, warmup_steps=2, calibration_steps=3, min_gain=MIN_GAIN, max_cost=MAX_COST, cache_dir=CACHE, timeout_s=20,
         rule=TrialRule(block=1, min_pairs_reject=2, min_pairs_keep=2, max_pairs=4), log=True,
-        total_steps=int(os.environ["TUNE_TOTAL_STEPS"]) if os.environ.get("TUNE_TOTAL_STEPS") else None,
+        # "N" for every rank, or "N0,N1": each rank its own (a mismatch, refused)
+        total_steps=int(os.environ["TUNE_TOTAL_STEPS"].split(",")[rank if "," in os.environ["TUNE_TOTAL_STEPS"] else 0])
+        if os.environ.get("TUNE_TOTAL_STEPS") else None,
         # the slow first plan costs 30 ms a step: a budget of 2000 steps leaves room for the caps
         **({"fallback_caps_mb": (4 / 1024, 16 / 1024), "min_job_steps": 2000} if SLOW_FIRST or SLOW_STOCK else {}),
     )
