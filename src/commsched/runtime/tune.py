@@ -956,9 +956,10 @@ class Tuner:
 
         return device_backend(dist.get_backend_config(self.group), "cuda" if self.cuda else "cpu") or "unknown"
 
-    # the settings every rank's steps follow (each rank counts its own phases; rank 0 decides the rest)
+    # the settings every rank's steps follow (each rank counts its own phases; rank 0 decides the rest;
+    # without a cluster name every rank gathers the host names)
     SHARED_SETTINGS = ("strategy", "warmup_steps", "calibration_steps", "min_gain", "max_cost", "rule", "keep", "total_steps",
-                       "min_job_steps", "fallback_caps_mb", "race_caps")
+                       "min_job_steps", "fallback_caps_mb", "race_caps", "cluster")
 
     def _agree_on_config(self) -> None:
         """An error on every rank where the ranks' ``TuneConfig`` differ in a setting their steps
