@@ -160,3 +160,17 @@ def clip_like(batch_size: int = 4):
         return (nn.functional.cross_entropy(logits, labels) + nn.functional.cross_entropy(logits.t(), labels)) / 2
 
     return model, inputs, loss
+
+
+def fails_later(batch_size: int = 4):
+    """A loss that fails at its 8th call (its labels run out, say): in the profile steps, after the
+    checks that run the model first. It was a traceback on every rank."""
+    calls = []
+
+    def loss(out):
+        calls.append(1)
+        if len(calls) >= 8:
+            raise ValueError("labels exhausted")
+        return out.square().mean()
+
+    return nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 2)), torch.randn(batch_size, 8), loss

@@ -192,6 +192,16 @@ def test_validate_trains_a_model_whose_loss_uses_its_parameters_and_that_deepcop
     assert doc["strategies"]["wfbp"]["buckets"] == 8
 
 
+def test_a_users_error_at_any_step_of_validate_is_one_line_on_every_rank(tmp_path):
+    r = _validate("--model", "tests.distributed.factories:fails_later", "--batch-size", "4", "--strategy", "wfbp",
+                  "--rounds", "1", "--steps", "1", "--out", str(tmp_path / "v"), timeout=300)
+    errors = [line for line in r.stderr.splitlines() if "commsched: error" in line]
+    assert r.returncode != 0 and len(errors) == 2, r.stderr[-3000:]
+    assert all("model 'tests.distributed.factories:fails_later' failed during validate: ValueError: labels exhausted (at " in e
+               and "factories.py:" in e for e in errors)
+    assert "]: Traceback" not in r.stderr  # no rank's ("[rank0]: Traceback ..."); torchrun's own report aside
+
+
 def test_validate_names_a_factory_that_returns_the_wrong_thing(tmp_path):
     r = _validate("--model", "tests.distributed.factories:not_a_triple", "--out", str(tmp_path / "v"), ranks=1, timeout=300)
     assert r.returncode != 0

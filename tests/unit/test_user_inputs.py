@@ -76,6 +76,21 @@ def factories(tmp_path, monkeypatch):
             model[3].eval()  # a module the user put in eval mode stays so
             return model, torch.randn(batch_size, 5), lambda out: out.sum()
 
+        class BodyAndLazyHead(nn.Module):  # forward runs the body only
+            def __init__(self):
+                super().__init__()
+                self.body, self.head = nn.Linear(5, 6), nn.LazyLinear(3)
+
+            def forward(self, x):
+                return self.body(x)
+
+        def lazy_head_in_loss(batch_size):  # the loss applies the lazy head (an lm_head in the loss)
+            model = BodyAndLazyHead()
+            return model, torch.randn(batch_size, 5), lambda out: model.head(out).sum()
+
+        def lazy_never_used(batch_size):
+            return BodyAndLazyHead(), torch.randn(batch_size, 5), lambda out: out.sum()
+
         def lazy_fails(batch_size):
             return nn.Sequential(nn.LazyLinear(6), nn.Linear(7, 2)), torch.randn(batch_size, 5), lambda out: out.sum()
     '''))
@@ -281,3 +296,6 @@ def test_a_factorys_lazy_modules_are_initialised_without_moving_its_statistics(f
     assert [m.training for m in model] == [True, True, True, False] and model.training
     with pytest.raises(CommschedError, match=r"'userfactories:lazy_fails' failed on its example inputs \(a forward pass that initialises its lazy"):
         build("userfactories:lazy_fails", 4)
+    assert build("userfactories:lazy_head_in_loss", 4).model.head.weight.shape == (3, 6)
+    with pytest.raises(CommschedError, match=r"'userfactories:lazy_never_used' has lazy parameters its example inputs and loss do not initialise \(head.weight"):
+        build("userfactories:lazy_never_used", 4)

@@ -318,6 +318,55 @@ def test_a_hook_deepcopy_cannot_copy_is_shared_but_each_copy_keeps_its_own_hooks
     assert len(base._forward_pre_hooks) == hooks and counter.calls == 2 + 3  # route_loss's two passes, then each copy's
 
 
+class _Tagged(torch.nn.Parameter):
+    """A parameter subclass (as quantisation libraries keep theirs)."""
+
+
+def test_copies_keep_their_parameters_class_attributes_and_gradient_hooks():
+    """The copies' parameters were plain Parameters: a hook reading ``weight.gain`` (bitsandbytes
+    reads ``weight.quant_state`` so) failed, and a gradient hook on a parameter was dropped."""
+    from commsched.runtime.validate.probes import SharedWeights
+
+    base = torch.nn.Linear(3, 2)
+    base.weight = _Tagged(base.weight.data)
+    base.weight.gain = 2.0
+    base.register_forward_hook(lambda m, i, out: out * m.weight.gain)
+    base.bias.register_hook(lambda g: g * 0)  # a gradient hook: the bias never moves
+    copy = SharedWeights(base, lr=0.1).module()
+    assert type(copy.weight) is _Tagged and copy.weight.gain == 2.0 and copy.weight is not base.weight
+    assert copy.weight.data_ptr() == base.weight.data_ptr()
+    copy(torch.randn(4, 3)).sum().backward()
+    assert torch.equal(copy.bias.grad, torch.zeros(2)) and copy.weight.grad.abs().sum() > 0
+
+
+class _Capture:
+    """A forward hook object keeping what it saw, for a loss to read (a feature or auxiliary loss)."""
+
+    def __init__(self) -> None:
+        self.features: list = []
+
+    def __call__(self, module, args, out) -> None:
+        self.features.append(out)
+
+
+def test_a_hook_object_the_loss_reads_is_the_copies_too_and_a_computed_buffer_is_shared():
+    """Each copy's hook was a deep copy of the object: it filled its own list, and the loss, reading
+    the model's, found it empty ("pop from empty list"). A buffer autograd made could not be copied."""
+    from commsched.runtime.validate.probes import SharedWeights
+
+    base = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+    capture = _Capture()
+    base[1].register_forward_hook(capture)
+    base.register_buffer("doubled", base[0].weight * 2)  # a tensor autograd made
+    loss = lambda out: out.sum() + capture.features.pop().square().mean()  # noqa: E731
+    shared = SharedWeights(base, lr=0.1)
+    shared.route_loss((torch.randn(2, 4),), loss)
+    model, routed = shared.module_with_loss(loss)
+    routed(model(torch.randn(2, 4))).backward()
+    assert model[0].weight.grad is not None and not capture.features
+    assert model.doubled is base.doubled
+
+
 def test_a_model_deepcopy_cannot_copy_at_all_is_one_error():
     from commsched.runtime.validate.probes import SharedWeights
 

@@ -43,20 +43,27 @@ class Built:
     device: str | None = None  # where a factory that takes ``device`` built the model, inputs and loss
 
 
-def _failed(what: str, e: BaseException) -> CommschedError:
-    """One line for an exception raised in the user's code: its type, message and where it came from."""
+def user_frames(e: BaseException) -> list:
+    """The frames of ``e``'s traceback in the user's code: not commsched's own, torch's, the
+    standard library's or installed packages'."""
     import os
     import sysconfig
     import traceback
 
-    frames = traceback.extract_tb(e.__traceback__)
-    # not the user's: commsched's own frames, torch's, the standard library's and installed packages'
     paths = sysconfig.get_paths()
     libraries = {os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.path.dirname(os.path.abspath(torch.__file__)),
                  *(os.path.abspath(paths[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths)}
     prefixes = tuple(p + os.sep for p in libraries)
-    theirs = [f for f in frames if not os.path.abspath(f.filename).startswith(prefixes) and "-packages" + os.sep not in f.filename]
-    at = (theirs or frames)[-1:]  # the user's own line where there is one, not torch's
+    return [f for f in traceback.extract_tb(e.__traceback__)
+            if not os.path.abspath(f.filename).startswith(prefixes) and "-packages" + os.sep not in f.filename]
+
+
+def user_error(what: str, e: BaseException) -> CommschedError:
+    """One line for an exception raised in the user's code: its type, message and where it came from."""
+    import traceback
+
+    frames = traceback.extract_tb(e.__traceback__)
+    at = (user_frames(e) or frames)[-1:]  # the user's own line where there is one, not torch's
     where = f" (at {at[0].filename}:{at[0].lineno})" if at else ""
     first = str(e).strip().splitlines()[0] if str(e).strip() else ""
     return CommschedError(f"{what}: {type(e).__name__}{': ' + first if first else ''}{where}")
@@ -77,7 +84,7 @@ def load_factory(spec: str) -> Callable:
     except ImportError as e:
         raise CommschedError(f"cannot import {module_name!r} for model {spec!r}: {e}") from e
     except Exception as e:  # noqa: BLE001 - the user's module failed as it ran: say where
-        raise _failed(f"importing {module_name!r} for model {spec!r} failed", e) from e
+        raise user_error(f"importing {module_name!r} for model {spec!r} failed", e) from e
     fn = module
     for part in attr.split("."):
         fn = getattr(fn, part, None)
@@ -107,7 +114,7 @@ def build(spec: str, batch_size: int, image_size: int | None = None, device: str
     try:
         got = fn(**kwargs)
     except Exception as e:  # noqa: BLE001 - the user's factory failed: say where
-        raise _failed(f"model factory {spec!r} failed (called with {kwargs or 'no arguments'})", e) from e
+        raise user_error(f"model factory {spec!r} failed (called with {kwargs or 'no arguments'})", e) from e
     if not isinstance(got, tuple) or len(got) != 3:
         n = f" of {len(got)} items" if isinstance(got, (tuple, list)) else ""
         raise CommschedError(f"{spec!r} must return (model, example_inputs, loss_fn), got a {type(got).__name__}{n}")
@@ -117,7 +124,7 @@ def build(spec: str, batch_size: int, image_size: int | None = None, device: str
     inputs = as_inputs(inputs, f"the example inputs {spec!r} returned")
     if not callable(loss_fn):
         raise CommschedError(f"{spec!r} returned a loss_fn that is not callable: {type(loss_fn).__name__}")
-    materialize_lazy(model, inputs, spec)
+    materialize_lazy(model, inputs, loss_fn, spec)
     if "batch_size" in kwargs:
         batch = batch_size
     else:  # the factory's own batch: its first input tensor's leading dimension
@@ -125,9 +132,9 @@ def build(spec: str, batch_size: int, image_size: int | None = None, device: str
     return Built(model, inputs, loss_fn, batch, kwargs.get("image_size"), kwargs.get("device"))
 
 
-def materialize_lazy(model: nn.Module, inputs: Inputs, spec: str) -> None:
+def materialize_lazy(model: nn.Module, inputs: Inputs, loss_fn: Callable, spec: str) -> None:
     """Give a model's lazy modules (``nn.LazyLinear``, ...) their parameters by one forward pass of
-    its example inputs without gradients, in eval mode (no batch-norm statistics move), every
+    its example inputs and the loss without gradients, in eval mode (no batch-norm statistics move), every
     module's mode then restored. Copies, memory estimates and DDP need the shapes (DDP refuses a
     model with uninitialised parameters). A model without lazy modules is not run."""
     from torch.nn.parameter import is_lazy
@@ -135,15 +142,26 @@ def materialize_lazy(model: nn.Module, inputs: Inputs, spec: str) -> None:
     if not any(is_lazy(t) for t in (*model.parameters(), *model.buffers())):
         return
     modes = [(m, m.training) for m in model.modules()]
+    loss_error = None
     try:
         model.eval()
         with torch.no_grad():
-            call_with(model, inputs)
+            out = call_with(model, inputs)
+            try:  # the loss too, for a lazy head it applies (an lm_head in the loss); in eval mode it may not run
+                loss_fn(out)
+            except Exception as e:  # noqa: BLE001 - an error only where lazy parameters are left
+                loss_error = e
     except Exception as e:  # noqa: BLE001 - the user's forward failed: say where
-        raise _failed(f"model {spec!r} failed on its example inputs (a forward pass that initialises its lazy modules)", e) from e
+        raise user_error(f"model {spec!r} failed on its example inputs (a forward pass that initialises its lazy modules)", e) from e
     finally:
         for m, training in modes:
             m.training = training
+    lazy = [n for n, t in (*model.named_parameters(), *model.named_buffers()) if is_lazy(t)]
+    if lazy and loss_error is not None:
+        raise user_error(f"model {spec!r}'s loss failed on its output (in eval mode, without gradients, to initialise its lazy "
+                      f"modules {few(lazy)})", loss_error) from loss_error
+    if lazy:
+        raise CommschedError(f"model {spec!r} has lazy parameters its example inputs and loss do not initialise ({few(lazy)})")
 
 
 def ignored_note(spec: str, built: Built, batch_size: int | None, image_size: int | None) -> str:
@@ -205,4 +223,4 @@ def runs_on(spec: str, inputs: Inputs) -> Iterator[None]:
     except CommschedError:
         raise
     except Exception as e:  # noqa: BLE001 - the user's forward or loss failed, whatever it raised: say where
-        raise _failed(f"model {spec!r} failed on its example inputs", e) from e
+        raise user_error(f"model {spec!r} failed on its example inputs", e) from e

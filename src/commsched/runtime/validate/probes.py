@@ -175,9 +175,9 @@ class SharedWeights:
     def module(self) -> nn.Module:
         """A copy of the model (its own buffers) whose parameters share this storage."""
         for attempt in range(2):
-            memo = {id(p): nn.Parameter(p.data, requires_grad=p.requires_grad) for p in self.params}
+            memo = {id(p): _twin(p) for p in self.params}
             try:
-                return copy.deepcopy(self.base, {**memo, **self._shared_attrs})
+                return copy.deepcopy(self.base, {**memo, **self._hooks(), **self._shared_attrs})
             except Exception as e:  # noqa: BLE001 - the user's attributes raise what they raise
                 if attempt:
                     raise CommschedError(
@@ -203,6 +203,8 @@ class SharedWeights:
 
         found: dict[int, object] = {}
         for m in self.base.modules():
+            # a buffer autograd made (register_buffer of a computed tensor): shared, as an attribute is
+            found.update({id(b): b for b in m._buffers.values() if b is not None and not copies(b, {})})
             for key, value in vars(m).items():
                 if key in ("_parameters", "_buffers", "_modules") or copies(value, {}):
                     continue
@@ -213,6 +215,21 @@ class SharedWeights:
                         continue
                 found[id(value)] = value
         return found
+
+    def _hooks(self) -> dict[int, object]:
+        """The model's hooks that are not its own modules' methods, by id (a deepcopy memo): shared
+        by the copies, as functions are. A hook object keeping what it saw (the features a loss
+        reads from it) is then the one the loss holds, not a copy of it."""
+        own = {id(m) for m in self.base.modules()}
+        shared: dict[int, object] = {}
+        for m in self.base.modules():
+            for key, value in vars(m).items():
+                if key.endswith("hooks") and isinstance(value, dict):
+                    for hook in value.values():
+                        bound_to = getattr(hook, "__self__", None)
+                        if id(hook) not in own and id(bound_to) not in own:
+                            shared[id(hook)] = hook
+        return shared
 
     def route_loss(self, inputs: Inputs, loss_fn) -> None:
         """Whether the loss, or a hook of the model's, uses the model's own parameters beside its
@@ -305,6 +322,23 @@ class SharedWeights:
     @property
     def param_bytes(self) -> int:
         return sum(p.numel() * p.element_size() for p in self.params)
+
+
+def _twin(p: nn.Parameter) -> nn.Parameter:
+    """A parameter over ``p``'s storage, as ``Parameter.__deepcopy__`` makes one (its class: a
+    subclass stays one) but not cloned, with ``p``'s attributes (a quantisation state, a tag a hook
+    reads) and its gradient hooks."""
+    try:
+        q = type(p)(p.data, p.requires_grad)
+    except Exception:  # noqa: BLE001 - a subclass whose constructor takes other arguments
+        q = nn.Parameter(p.data, requires_grad=p.requires_grad)
+    hooks = ("_backward_hooks", "_post_accumulate_grad_hooks")
+    q.__dict__.update({k: v for k, v in vars(p).items() if k not in hooks})
+    for hook in (getattr(p, "_backward_hooks", None) or {}).values():
+        q.register_hook(hook)
+    for hook in (getattr(p, "_post_accumulate_grad_hooks", None) or {}).values():
+        q.register_post_accumulate_grad_hook(hook)
+    return q
 
 
 def release_grads(module: nn.Module) -> None:

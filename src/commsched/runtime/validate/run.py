@@ -54,6 +54,8 @@ with its defaults. :func:`run` goes through these phases:
 
 from __future__ import annotations
 
+import contextlib
+
 import random
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -166,17 +168,34 @@ class Rounds:
 def run(cfg: ValidationConfig, progress: bool = True) -> dict | None:
     """The whole validation; returns the report on rank 0 (None elsewhere)."""
     job = prepare(cfg, progress)
-    memory_phase(job)
-    job.shared = SharedWeights(job.base, cfg.lr, repr(cfg.model))
-    before = profile_phase(job)
-    comm_phase(job, before)
-    runtime_phase(job, before)
-    plans = plan_phase(job, before)
-    head = header_of(job, before, plans)
-    variants = build_variants(job, plans)
-    rounds = rounds_phase(job, before, variants, lambda r: record_round(job, before, head, r))
-    records, timelines = record_phase(job, before, variants)
-    return report_phase(job, before, head, rounds, records, timelines)
+    with _users_errors_named(cfg.model):
+        memory_phase(job)
+        job.shared = SharedWeights(job.base, cfg.lr, repr(cfg.model))
+        before = profile_phase(job)
+        comm_phase(job, before)
+        runtime_phase(job, before)
+        plans = plan_phase(job, before)
+        head = header_of(job, before, plans)
+        variants = build_variants(job, plans)
+        rounds = rounds_phase(job, before, variants, lambda r: record_round(job, before, head, r))
+        records, timelines = record_phase(job, before, variants)
+        return report_phase(job, before, head, rounds, records, timelines)
+
+
+@contextlib.contextmanager
+def _users_errors_named(spec: str):
+    """An exception raised in the user's own code (a factory's model, loss or hook, at any step of
+    the run) as one line naming it and where; any other (commsched's, torch's) as it is."""
+    from commsched.models.source import user_error, user_frames
+
+    try:
+        yield
+    except CommschedError:
+        raise
+    except Exception as e:  # noqa: BLE001 - only the user's own are rewritten
+        if user_frames(e):
+            raise user_error(f"model {spec!r} failed during validate", e) from e
+        raise
 
 
 # --- phase 0 --------------------------------------------------------------------------------------
