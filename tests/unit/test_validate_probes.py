@@ -376,3 +376,10 @@ def test_a_model_deepcopy_cannot_copy_at_all_is_one_error():
 
     with pytest.raises(CommschedError, match="validate trains copies of 'x' .* cannot copy it: TypeError: not today"):
         SharedWeights(Stubborn(2, 2), lr=0.1, name="'x'").module()
+
+    class Itself(torch.nn.Linear):
+        def __deepcopy__(self, memo):
+            return self
+
+    with pytest.raises(CommschedError, match="copy.deepcopy of it keeps the model's own parameters .* Itself returning the model"):
+        SharedWeights(Itself(2, 2), lr=0.1, name="'x'").module()

@@ -177,13 +177,22 @@ class SharedWeights:
         for attempt in range(2):
             memo = {id(p): _twin(p) for p in self.params}
             try:
-                return copy.deepcopy(self.base, {**memo, **self._hooks(), **self._shared_attrs})
+                made = copy.deepcopy(self.base, {**memo, **self._hooks(), **self._shared_attrs})
             except Exception as e:  # noqa: BLE001 - the user's attributes raise what they raise
                 if attempt:
                     raise CommschedError(
                         f"validate trains copies of {self.name} (copy.deepcopy over its weights) and cannot copy it: "
                         f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
                     ) from e
+            else:
+                # every DDP of the run hooks its copy's parameters: copies that share them (a
+                # __deepcopy__ returning the model) would reduce every gradient once per DDP
+                if not {id(q) for q in made.parameters()}.isdisjoint(id(p) for p in self.params):
+                    raise CommschedError(
+                        f"validate trains copies of {self.name}, and copy.deepcopy of it keeps the model's own parameters "
+                        f"(a __deepcopy__ of {type(self.base).__name__} returning the model, say): the copies' DDPs would each reduce them"
+                    )
+                return made
             # found again at each failure: the model's own forward (run by a routed loss) may have
             # replaced one (a tensor it keeps from its last call)
             self._shared_attrs = self._uncopyable()
