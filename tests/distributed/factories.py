@@ -163,13 +163,13 @@ def clip_like(batch_size: int = 4):
 
 
 def fails_later(batch_size: int = 4):
-    """A loss that fails at its 8th call (its labels run out, say): in the profile steps, after the
-    checks that run the model first. It was a traceback on every rank."""
+    """A loss that fails at its 20th call (its labels run out, say): past the checks that run the
+    model first, in the profile steps or the probes. It was a traceback on every rank."""
     calls = []
 
     def loss(out):
         calls.append(1)
-        if len(calls) >= 8:
+        if len(calls) >= 20:
             raise ValueError("labels exhausted")
         return out.square().mean()
 

@@ -179,3 +179,27 @@ def test_hooks_ddp_registers_as_it_is_built_and_hooks_it_refuses_leave_tuning_as
         assert dp.tuning["phase"] == "warmup" and dp.tuning["decision"] is None
     finally:
         dist.destroy_process_group()
+
+
+def test_a_static_graph_set_again_keeps_tuning_and_one_set_late_ends_it():
+    """``static_graph=True`` then ``_set_static_graph()`` again (stock DDP only warns): tuning went
+    on until the second call ended it, with advice to pass the flag the job passed."""
+    import warnings
+
+    from commsched.runtime.data_parallel import DataParallel
+    from commsched.runtime.tune import TuneConfig
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        cfg = TuneConfig(cache_dir="", log=False)
+        dp = DataParallel(nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 2)), tune=cfg, static_graph=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # stock DDP's "no need to set it again"
+            dp._set_static_graph()
+        assert dp.tuning["phase"] == "warmup" and dp.tuning["decision"] is None
+        late = DataParallel(nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 2)), tune=cfg)
+        late._set_static_graph()
+        assert late.static_graph and late.tuning["phase"] == "done" and late.tuning["decision"] == "stock"
+        assert "_set_static_graph()" in late.tuning["reason"]
+    finally:
+        dist.destroy_process_group()

@@ -367,6 +367,65 @@ def test_a_hook_object_the_loss_reads_is_the_copies_too_and_a_computed_buffer_is
     assert model.doubled is base.doubled
 
 
+def test_a_frozen_parameter_with_a_gradient_hook_is_copied():
+    """Its hook was registered again on the copy, which torch refuses on a tensor without gradients."""
+    from commsched.runtime.validate.probes import SharedWeights
+
+    base = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 1))
+    for p in base.parameters():
+        p.register_hook(lambda g: g.clamp(-1, 1))
+    base[0].requires_grad_(False)  # the backbone frozen after the hooks
+    copy = SharedWeights(base, lr=0.1).module()
+    assert not copy[0].weight.requires_grad and copy[1].weight.requires_grad
+
+
+class _Owned(torch.nn.Module):
+    def __init__(self, owner) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        object.__setattr__(self, "owner", owner)  # a back-reference, not a submodule
+
+
+def test_a_back_reference_to_the_model_is_not_taken_for_something_to_share():
+    """The root held a lock and a submodule a back-reference to the root: the reference failed to
+    copy alone, the root itself was marked shared, and every "copy" was the model."""
+    import threading
+
+    from commsched.runtime.validate.probes import SharedWeights
+
+    base = torch.nn.Module()
+    base.lock = threading.Lock()
+    base.inner = _Owned(base)
+    copy = SharedWeights(base, lr=0.1).module()
+    assert copy is not base and copy.inner.owner is copy and copy.lock is base.lock
+
+
+class _CallsItself(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.scale = torch.nn.Parameter(torch.tensor(0.5))
+
+    def forward(self, x, again: bool = True):
+        if again:  # a second view through the model itself
+            x = self(x, again=False)
+        return self.fc(x)
+
+
+def test_a_model_that_calls_itself_stays_routed_for_its_whole_forward():
+    """The inner call's restore put the model's parameters back while the outer forward ran: its
+    hook, closed over the model, reached them, and the run was refused."""
+    from commsched.runtime.validate.probes import SharedWeights
+
+    base = _CallsItself()
+    base.register_forward_hook(lambda m, i, out: out * base.scale)
+    shared = SharedWeights(base, lr=0.1)
+    shared.route_loss((torch.randn(2, 4),), lambda out: out.sum())
+    model, loss = shared.module_with_loss(lambda out: out.sum())
+    loss(model(torch.randn(2, 4))).backward()
+    assert model.scale.grad is not None and base.scale.grad is None and base.scale is not model.scale
+
+
 def test_a_model_deepcopy_cannot_copy_at_all_is_one_error():
     from commsched.runtime.validate.probes import SharedWeights
 

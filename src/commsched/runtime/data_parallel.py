@@ -164,9 +164,10 @@ class DataParallel(nn.parallel.DistributedDataParallel):
         """Stock DDP's (its constructor calls it for ``static_graph=True``). Called on the wrapper
         after it was built, while tuning or after it kept a plan, it ends that first, as a comm
         hook does (:meth:`~commsched.runtime.tune.Tuner.end_for_static_graph`)."""
+        was = self.static_graph  # set already (static_graph=True): stock DDP only warns
         super()._set_static_graph()
         tuner = self.__dict__.get("tuner")
-        if tuner is not None:
+        if tuner is not None and not was:
             tuner.end_for_static_graph()
 
     def _register_builtin_comm_hook(self, comm_hook_type):

@@ -210,19 +210,27 @@ class SharedWeights:
                 return False
             return True
 
+        # the model's own modules and parameters are the copy's to make: a back-reference to one
+        # that fails (an owner holding a lock) fails for what it reaches, found in its turn
+        own = {id(m) for m in self.base.modules()} | set(params)
         found: dict[int, object] = {}
-        for m in self.base.modules():
-            # a buffer autograd made (register_buffer of a computed tensor): shared, as an attribute is
-            found.update({id(b): b for b in m._buffers.values() if b is not None and not copies(b, {})})
-            for key, value in vars(m).items():
-                if key in ("_parameters", "_buffers", "_modules") or copies(value, {}):
-                    continue
-                if isinstance(value, dict):
-                    items = {id(v): v for v in value.values() if not copies(v, {})}
-                    if copies(value, items):
-                        found.update(items)
+        grew = True
+        while grew:  # until nothing more is found: each value tried with what is shared so far
+            grew = False
+            for m in self.base.modules():
+                # a buffer autograd made (register_buffer of a computed tensor): shared, as an attribute is
+                values = [b for b in m._buffers.values() if b is not None]
+                values += [v for k, v in vars(m).items() if k not in ("_parameters", "_buffers", "_modules")]
+                for value in values:
+                    if id(value) in own or id(value) in found or copies(value, found):
                         continue
-                found[id(value)] = value
+                    grew = True
+                    if isinstance(value, dict):
+                        items = {id(v): v for v in value.values() if id(v) not in own and not copies(v, found)}
+                        if copies(value, {**found, **items}):
+                            found.update(items)
+                            continue
+                    found[id(value)] = value
         return found
 
     def _hooks(self) -> dict[int, object]:
@@ -281,17 +289,21 @@ class SharedWeights:
                 raise CommschedError(f"a copy of {self.name} has module {other!r} where the model has {name!r}")
             pairs += [(mine._parameters, k, p) for k, p in theirs._parameters.items() if p is not None]
         saved: list[tuple] = []
+        depth = [0]  # a forward inside the forward or the loss (the model calling itself) nests
 
         def swap(*_) -> None:
-            if not saved:
+            depth[0] += 1
+            if depth[0] == 1:
                 saved.extend((d, k, d[k]) for d, k, _ in pairs)
                 for d, k, p in pairs:
                     d[k] = p
 
         def restore(*_) -> None:
-            for d, k, p in saved:
-                d[k] = p
-            saved.clear()
+            depth[0] -= 1
+            if depth[0] == 0:
+                for d, k, p in saved:
+                    d[k] = p
+                saved.clear()
 
         # the copy's own hook dicts, whatever it shares with the model (swap and restore are this copy's)
         for key in ("_forward_pre_hooks", "_forward_hooks", "_forward_hooks_always_called"):
@@ -340,13 +352,16 @@ def _twin(p: nn.Parameter) -> nn.Parameter:
     try:
         q = type(p)(p.data, p.requires_grad)
     except Exception:  # noqa: BLE001 - a subclass whose constructor takes other arguments
+        q = None
+    if q is None or q.data_ptr() != p.data_ptr():  # a constructor that copied would give the copy weights of its own
         q = nn.Parameter(p.data, requires_grad=p.requires_grad)
     hooks = ("_backward_hooks", "_post_accumulate_grad_hooks")
     q.__dict__.update({k: v for k, v in vars(p).items() if k not in hooks})
-    for hook in (getattr(p, "_backward_hooks", None) or {}).values():
-        q.register_hook(hook)
-    for hook in (getattr(p, "_post_accumulate_grad_hooks", None) or {}).values():
-        q.register_post_accumulate_grad_hook(hook)
+    if q.requires_grad:  # a frozen parameter's hooks never fire (and torch refuses them)
+        for hook in (getattr(p, "_backward_hooks", None) or {}).values():
+            q.register_hook(hook)
+        for hook in (getattr(p, "_post_accumulate_grad_hooks", None) or {}).values():
+            q.register_post_accumulate_grad_hook(hook)
     return q
 
 
