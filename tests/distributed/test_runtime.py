@@ -88,3 +88,16 @@ def test_plan_for_names_an_unused_parameter_without_find_unused(tmp_path):
     for d in docs:
         assert "never.weight" in d["error"] and "find_unused_parameters=True" in d["error"], d
         assert d["error"].startswith(f"rank {d['rank']}: plan_for failed on rank 0"), d
+
+
+def test_plan_for_arguments_refused_on_one_rank_are_an_error_on_every_rank(tmp_path):
+    """Rank 1's misspelt strategy raised on rank 1 alone: rank 0 measured, then waited for it in the
+    plan's broadcast until gloo said the connection closed (or the process group's timeout)."""
+    import time
+
+    t = time.monotonic()
+    docs = results(run_workers("two_lines.py", [str(tmp_path / "plan.json"), "strategy_refused_on_1"], timeout_s=120))
+    by_rank = {d["rank"]: d["error"] for d in docs}
+    assert "unknown strategy 'optimla'" in by_rank[1] and not by_rank[1].startswith("rank 1"), by_rank
+    assert by_rank[0].startswith("rank 0: plan_for's arguments were refused on rank 1: ") and "'optimla'" in by_rank[0], by_rank
+    assert time.monotonic() - t < 60

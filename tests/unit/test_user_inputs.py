@@ -299,3 +299,66 @@ def test_a_factorys_lazy_modules_are_initialised_without_moving_its_statistics(f
     assert build("userfactories:lazy_head_in_loss", 4).model.head.weight.shape == (3, 6)
     with pytest.raises(CommschedError, match=r"'userfactories:lazy_never_used' has lazy parameters its example inputs and loss do not initialise \(head.weight"):
         build("userfactories:lazy_never_used", 4)
+
+
+def test_plan_for_initialises_lazy_modules_and_ddp_options_names_them():
+    """A lazy model's parameters have no size yet: plan_for and ddp_options failed in torch's
+    ``numel`` (a traceback); plan_for now initialises them as the job's first step would."""
+    from torch.nn.parameter import is_lazy
+
+    from commsched.types import Bucket, Plan
+
+    model = nn.Sequential(nn.LazyLinear(6), nn.ReLU(), nn.Linear(6, 2))
+    with pytest.raises(CommschedError, match=r"lazy parameters not initialised yet \(0.weight, 0.bias\): run a forward pass"):
+        commsched.ddp_options(Plan("wfbp", "m", (Bucket(("2.weight", "2.bias"), 56),)), model)
+    plan = commsched.plan_for(model, (torch.randn(4, 5),), lambda out: out.sum(), strategy="wfbp", iters=1, warmup=0)
+    assert not any(is_lazy(p) for p in model.parameters()) and model[0].weight.shape == (6, 5)
+    assert {n for b in plan.buckets for n in b.tensors} == {"0.weight", "0.bias", "2.weight", "2.bias"}
+
+
+class _ChangesItself(nn.Module):
+    """A forward that rebinds a buffer (an EMA of its inputs), renormalises an embedding in place
+    (``max_norm``) and applies a weight constraint in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(20, 8, max_norm=1.0)
+        self.lin = nn.Linear(8, 3)
+        self.register_buffer("ema", torch.zeros(8))
+
+    def forward(self, ids):
+        h = self.emb(ids).mean(1)
+        self.ema = 0.9 * self.ema + 0.1 * h.detach().mean(0)
+        with torch.no_grad():
+            self.lin.weight.mul_(0.99)
+        return self.lin(h - self.ema)
+
+
+def test_plan_for_leaves_a_model_that_changes_itself_as_it_was():
+    """Its measuring steps left the rebound buffer, the renormalised rows and the constrained weight
+    on rank 0 only: DataParallel then broadcast them, and training differed from stock DDP's."""
+    torch.manual_seed(0)
+    model = _ChangesItself()
+    with torch.no_grad():
+        model.emb.weight.mul_(3.0)  # rows over max_norm: the forward renormalises them
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    ema = model.ema
+    commsched.plan_for(model, (torch.randint(0, 20, (4, 5)),), lambda out: out.sum(), strategy="wfbp", iters=2, warmup=1)
+    assert model.ema is ema
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items()), [k for k, v in model.state_dict().items() if not torch.equal(before[k], v)]
+
+
+def test_the_default_loss_reads_a_dataclass_output():
+    """A model returning a @dataclass of tensors was "holds no floating-point tensor"."""
+    import dataclasses
+
+    from commsched.models.inventory import sum_of_means
+
+    @dataclasses.dataclass
+    class Out:
+        logits: torch.Tensor
+        aux: tuple
+
+    w = torch.ones(3, requires_grad=True)
+    loss = sum_of_means(Out(w * 2, (w * 3, "tag")))
+    assert float(loss.detach()) == 5.0 and loss.requires_grad

@@ -26,6 +26,8 @@ not). It needs shapes only, so it is the same on the meta device as on the CPU.
 
 from __future__ import annotations
 
+import dataclasses
+
 import contextlib
 import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -239,6 +241,8 @@ def _output_tensors(output: object) -> list[torch.Tensor]:
     if isinstance(output, Sequence) and not isinstance(output, (str, bytes)):
         # Tuples, lists and namedtuples such as torchvision's GoogLeNetOutputs / InceptionOutputs.
         return [t for v in output for t in _output_tensors(v)]
+    if dataclasses.is_dataclass(output) and not isinstance(output, type):  # a model's output record
+        return [t for f in dataclasses.fields(output) for t in _output_tensors(getattr(output, f.name))]
     return []
 
 
@@ -251,9 +255,15 @@ def remove_all(handles: list) -> None:
 @contextmanager
 def restored_state(module: nn.Module, params: Sequence[tuple[str, nn.Parameter]]) -> Iterator[None]:
     """Probe ``module`` freely inside; afterwards its train/eval flags, its buffers (BatchNorm running
-    statistics) and its parameters' ``.grad`` are what they were before."""
+    statistics, and a buffer the forward rebinds: the object registered before is put back), its
+    parameters' values (a forward that changes them in place: ``nn.Embedding(max_norm=...)``, a
+    weight constraint) and their ``.grad`` are what they were before. The parameters' values are
+    kept on the CPU meanwhile (one copy of the model's parameters in host memory)."""
     saved_modes = [(m, m.training) for m in module.modules()]
-    saved_buffers = [(b, b.detach().clone()) for b in module.buffers()]
+    slots = [(m._buffers, k, t) for m in module.modules() for k, t in m._buffers.items() if t is not None]
+    slots += [(m._parameters, k, t) for m in module.modules() for k, t in m._parameters.items() if t is not None]
+    with torch.no_grad():  # meta tensors (a model inventoried without memory) hold no values
+        values = {id(t): t.detach().to("cpu", copy=True) for _, _, t in slots if not t.is_meta}
     saved_grads = [(p, p.grad) for _, p in params]
     try:
         yield
@@ -261,8 +271,10 @@ def restored_state(module: nn.Module, params: Sequence[tuple[str, nn.Parameter]]
         for p, g in saved_grads:
             p.grad = g
         with torch.no_grad():
-            for b, value in saved_buffers:
-                b.copy_(value)
+            for d, k, t in slots:
+                d[k] = t  # the object registered before, whatever the forward bound there
+                if id(t) in values:
+                    t.copy_(values[id(t)])
         for m, mode in saved_modes:
             m.training = mode
 

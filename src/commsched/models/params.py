@@ -6,6 +6,8 @@ from collections.abc import Iterable, Sequence
 
 from torch import nn
 
+from commsched.errors import CommschedError
+
 
 def ignored_names(module: nn.Module) -> set[str]:
     """Parameters and buffers DDP is told to leave alone (``_set_params_and_buffers_to_ignore_for_model``)."""
@@ -15,8 +17,14 @@ def ignored_names(module: nn.Module) -> set[str]:
 def trainable_parameters(module: nn.Module) -> dict[str, nn.Parameter]:
     """The parameters DDP reduces, by name: trainable, not ignored, shared ones once
     (named_parameters already dedupes)."""
+    from torch.nn.parameter import is_lazy
+
     ignored = ignored_names(module)
-    return {n: p for n, p in module.named_parameters() if p.requires_grad and n not in ignored}
+    params = {n: p for n, p in module.named_parameters() if p.requires_grad and n not in ignored}
+    lazy = [n for n, p in params.items() if is_lazy(p)]
+    if lazy:  # their sizes are not known yet (DDP refuses them too)
+        raise CommschedError(f"the model has lazy parameters not initialised yet ({few(lazy)}): run a forward pass (and the loss) first")
+    return params
 
 
 def without_gradient(module: nn.Module, have: Iterable[str]) -> list[str]:

@@ -119,9 +119,11 @@ def measure_profile(
     :func:`~commsched.models.inventory.sum_of_means`) and backward on ``example_inputs``
     (positional: a tuple or a tensor; by keyword: a dict), with the module in training mode and
     every ``.grad`` set to None before each step. There is no optimizer
-    step, so parameters never change; afterwards the per-module train/eval flags, the buffers
-    (BatchNorm running statistics) and the parameters' previous ``.grad`` are restored, and the
-    caller's global RNG state is left as it was (dropout draws from a forked RNG).
+    step; afterwards the per-module train/eval flags, the buffers (BatchNorm running statistics),
+    the parameters (a forward may change them in place) and their previous ``.grad`` are restored
+    (:func:`~commsched.models.inventory.restored_state`), and the caller's global RNG state is left
+    as it was (dropout draws from a forked RNG). Python state the forward or loss keeps (a step
+    counter, a data iterator) advances by ``warmup + iters`` steps.
 
     Clocks: ``time.perf_counter()`` when the parameters are on the CPU; when they are on a CUDA
     device, ``torch.cuda.Event(enable_timing=True)`` recorded at forward start, after the loss and in
@@ -164,6 +166,7 @@ def measure_profile(
     _check_count("batch_size", batch_size, 1)
     loss_fn = sum_of_means if loss_fn is None else loss_fn
 
+    trainable_parameters(module)  # lazy parameters not initialised yet: one line saying so
     # named_parameters() already drops repeats of shared (tied) parameters, keeping the first name.
     params = [(n, p) for n, p in module.named_parameters() if p.requires_grad and p.numel() > 0]
     if not params:

@@ -62,13 +62,27 @@ def plan_for(
     order are (DDP launches buckets in order), unused parameters at the first gradient of the step
     (where DDP marks them ready), and the plan's buckets are runs of that order, as DDP will keep them.
     """
+    from commsched.models.inputs import as_inputs
+    from commsched.models.inventory import sum_of_means
+    from commsched.models.source import materialize_lazy
     from commsched.profile.measure import measure_profile
 
-    if not isinstance(cluster, (ClusterSpec, str)):
-        raise CommschedError(f"cluster must be a preset's name, a cluster file's path or a ClusterSpec, got {type(cluster).__name__} {cluster!r}")
-    spec = cluster if isinstance(cluster, ClusterSpec) else cluster_from_spec(cluster)
-    chosen = planner(strategy)
     distributed = dist.is_available() and dist.is_initialized()
+    try:
+        if not isinstance(cluster, (ClusterSpec, str)):
+            raise CommschedError(f"cluster must be a preset's name, a cluster file's path or a ClusterSpec, got {type(cluster).__name__} {cluster!r}")
+        spec = cluster if isinstance(cluster, ClusterSpec) else cluster_from_spec(cluster)
+        chosen = planner(strategy)
+        # lazy modules get their parameters on every rank (one forward pass and loss without
+        # gradients), as the job's own first step would give them, before rank 0 measures
+        materialize_lazy(model, as_inputs(example_inputs), sum_of_means if loss_fn is None else loss_fn, type(model).__name__)
+        refused = None
+    except CommschedError as e:
+        if not distributed:
+            raise
+        refused = str(e)
+    if distributed:  # a rank whose arguments are refused says so on every rank, not only its own
+        _agree_on_arguments(refused, model)
     if semantics is None:
         semantics = NCCL
         if distributed and _serving_backend(model) == "gloo":
@@ -96,6 +110,25 @@ def plan_for(
             raise CommschedError(f"rank {dist.get_rank()}: plan_for failed on rank 0: {error}")
     assert plan is not None
     return plan
+
+
+ARGUMENTS_TIMEOUT_S = 300.0
+
+
+def _agree_on_arguments(refused: str | None, model: nn.Module) -> None:
+    """Every rank's verdict on its own ``plan_for`` arguments (a cluster file one rank cannot read,
+    a strategy one rank misspells), gathered within ``ARGUMENTS_TIMEOUT_S``: an error on every rank
+    naming the first refused, where one rank raising alone left the others waiting for its plan."""
+    from commsched.runtime.collectives import comm_device, gather_text
+
+    rank = dist.get_rank()
+    said = gather_text(refused or "", None, comm_device(None, model), rank, ARGUMENTS_TIMEOUT_S, "plan_for's argument check")
+    if refused is not None:
+        raise CommschedError(refused)
+    bad = [(r, text) for r, text in enumerate(said) if text]
+    if bad:
+        r, text = bad[0]
+        raise CommschedError(f"rank {rank}: plan_for's arguments were refused on rank {r}: {text}")
 
 
 def _serving_backend(model: nn.Module) -> str | None:

@@ -13,7 +13,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import common
 from commsched.runtime.lifecycle import end_process_group
 
-MODE = sys.argv[2] if len(sys.argv) > 2 else "plain"  # plain | ddp_options | unused | unused_refused
+# plain | ddp_options | unused | unused_refused | strategy_refused_on_1 (rank 1 misspells the strategy)
+MODE = sys.argv[2] if len(sys.argv) > 2 else "plain"
 
 
 class WithUnused(nn.Module):
@@ -45,7 +46,8 @@ def main() -> None:
     x, y = common.batch(rank, 0)
     try:
         plan = commsched.plan_for(
-            model, (x,), lambda out: nn.functional.cross_entropy(out, y), strategy="optimal", iters=2, warmup=1,
+            model, (x,), lambda out: nn.functional.cross_entropy(out, y),
+            strategy="optimla" if MODE == "strategy_refused_on_1" and rank == 1 else "optimal", iters=2, warmup=1,
             find_unused_parameters=MODE == "unused",
         )
     except CommschedError as e:
