@@ -203,3 +203,20 @@ def test_a_static_graph_set_again_keeps_tuning_and_one_set_late_ends_it():
         assert "_set_static_graph()" in late.tuning["reason"]
     finally:
         dist.destroy_process_group()
+
+
+def test_a_model_with_an_empty_parameter_is_not_tuned_and_says_why():
+    """Its planning failed on "bytes must be a positive whole number" after calibrating, with a
+    warning pointing into torch."""
+    from commsched.runtime.data_parallel import DataParallel
+    from commsched.runtime.tune import TuneConfig
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        model = nn.Sequential(nn.Linear(8, 2))
+        model.register_parameter("empty", nn.Parameter(torch.zeros(0)))
+        dp = DataParallel(model, tune=TuneConfig(cache_dir="", log=False))
+        assert dp.tuning["phase"] == "done" and dp.tuning["decision"] == "stock"
+        assert "trainable parameter(s) without elements (empty)" in dp.tuning["reason"]
+    finally:
+        dist.destroy_process_group()

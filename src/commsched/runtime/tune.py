@@ -332,6 +332,10 @@ class Tuner:
         t = time.perf_counter()
         self._agree_on_config()
         self._load_memory()
+        empty = [n for n, p in params.items() if p.numel() == 0]
+        if empty and self.phase != "done":  # the same model on every rank: every rank stops here alike
+            self._finish("stock", f"the model has trainable parameter(s) without elements ({few(empty)}), which DDP reduces but a plan's "
+                                  "buckets cannot hold (0 bytes): not tuned", remember=False)
         if self.phase != "done":
             self._grad_hooks = [p.register_post_accumulate_grad_hook(self._on_grad) for p in params.values()]
         self.own_s += time.perf_counter() - t
