@@ -359,6 +359,49 @@ def test_the_default_loss_reads_a_dataclass_output():
         logits: torch.Tensor
         aux: tuple
 
+    @dataclasses.dataclass
+    class Linked:
+        value: torch.Tensor
+        parent: object = None
+        note: str = dataclasses.field(init=False)  # declared, never set
+
     w = torch.ones(3, requires_grad=True)
     loss = sum_of_means(Out(w * 2, (w * 3, "tag")))
     assert float(loss.detach()) == 5.0 and loss.requires_grad
+    node = Linked(w * 4)
+    node.parent = node  # a record that refers to itself is walked once
+    assert float(sum_of_means(node).detach()) == 4.0
+
+
+class _GrowsItself(nn.Module):
+    """A forward that registers a buffer and builds a submodule on its first call, and resizes an
+    observer-like buffer (as quantisation observers do)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 2)
+        self.register_buffer("observed", torch.zeros(0))
+
+    def forward(self, x):
+        if not hasattr(self, "seen"):
+            self.register_buffer("seen", torch.ones(1))
+            self.extra = nn.Identity()
+        self.observed = x.detach().amax(0)  # rebound, another shape
+        return self.lin(x)
+
+
+def test_measuring_restores_what_the_forward_registers_and_leaves_a_callers_graph_alone():
+    """Buffers and submodules a measuring step added stayed on rank 0 only; a resized buffer failed
+    the restore; and restoring every tensor, changed or not, broke a graph the caller had built."""
+    from commsched.profile.measure import measure_profile
+
+    model = _GrowsItself()
+    names = [n for n, _ in model.named_buffers()], [n for n, _ in model.named_modules()]
+    kept = model(torch.randn(3, 4)).sum() + model.lin.weight.pow(2).sum()  # the caller's graph: it saved lin.weight
+    del model.seen, model.extra
+    model.observed = torch.zeros(0)
+    measure_profile(model, (torch.randn(3, 4),), lambda out: out.sum(), iters=1, warmup=0)
+    assert ([n for n, _ in model.named_buffers()], [n for n, _ in model.named_modules()]) == names
+    assert model.observed.shape == (0,)
+    kept.backward()  # its saved tensors were not written
+

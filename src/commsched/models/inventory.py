@@ -26,9 +26,8 @@ not). It needs shapes only, so it is the same on the meta device as on the CPU.
 
 from __future__ import annotations
 
-import dataclasses
-
 import contextlib
+import dataclasses
 import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -37,6 +36,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.nn.parameter import is_lazy
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -233,16 +233,20 @@ def _attention_as_one_kernel(recorder: KernelRecorder) -> Iterator[None]:
         F.scaled_dot_product_attention = original
 
 
-def _output_tensors(output: object) -> list[torch.Tensor]:
+def _output_tensors(output: object, seen: set[int] | None = None) -> list[torch.Tensor]:
     if isinstance(output, torch.Tensor):
         return [output]
     if isinstance(output, Mapping):
-        return [t for v in output.values() for t in _output_tensors(v)]
+        return [t for v in output.values() for t in _output_tensors(v, seen)]
     if isinstance(output, Sequence) and not isinstance(output, (str, bytes)):
         # Tuples, lists and namedtuples such as torchvision's GoogLeNetOutputs / InceptionOutputs.
-        return [t for v in output for t in _output_tensors(v)]
-    if dataclasses.is_dataclass(output) and not isinstance(output, type):  # a model's output record
-        return [t for f in dataclasses.fields(output) for t in _output_tensors(getattr(output, f.name))]
+        return [t for v in output for t in _output_tensors(v, seen)]
+    if dataclasses.is_dataclass(output) and not isinstance(output, type):  # a model's output record (not walked twice)
+        seen = set() if seen is None else seen
+        if id(output) in seen:
+            return []
+        seen.add(id(output))
+        return [t for f in dataclasses.fields(output) for t in _output_tensors(getattr(output, f.name, None), seen)]
     return []
 
 
@@ -254,29 +258,58 @@ def remove_all(handles: list) -> None:
 
 @contextmanager
 def restored_state(module: nn.Module, params: Sequence[tuple[str, nn.Parameter]]) -> Iterator[None]:
-    """Probe ``module`` freely inside; afterwards its train/eval flags, its buffers (BatchNorm running
-    statistics, and a buffer the forward rebinds: the object registered before is put back), its
-    parameters' values (a forward that changes them in place: ``nn.Embedding(max_norm=...)``, a
-    weight constraint) and their ``.grad`` are what they were before. The parameters' values are
-    kept on the CPU meanwhile (one copy of the model's parameters in host memory)."""
-    saved_modes = [(m, m.training) for m in module.modules()]
-    slots = [(m._buffers, k, t) for m in module.modules() for k, t in m._buffers.items() if t is not None]
-    slots += [(m._parameters, k, t) for m in module.modules() for k, t in m._parameters.items() if t is not None]
+    """Probe ``module`` freely inside; afterwards it is as it was: its train/eval flags, its
+    parameters' ``.grad``, the parameters, buffers and submodules each module registers (a buffer
+    the forward rebinds or adds, a submodule it builds: the registrations before are put back, in
+    their order), the buffers' values (BatchNorm running statistics) and the trainable parameters'
+    values (a forward that changes them in place: ``nn.Embedding(max_norm=...)``, a weight
+    constraint). Only tensors the probe changed are written back (a graph the caller built before
+    stays valid). Buffers are kept on their device meanwhile, trainable parameters on the CPU;
+    frozen parameters are not kept (a frozen backbone, quantised weights): one the forward changes
+    in place stays changed. An error restoring a tensor never hides one raised inside."""
+    modules = list(module.modules())
+    saved_modes = [(m, m.training) for m in modules]
+    registered = [(m, dict(m._parameters), dict(m._buffers), dict(m._modules)) for m in modules]
+    trainable = {id(p) for _, p in params}
     with torch.no_grad():  # meta tensors (a model inventoried without memory) hold no values
-        values = {id(t): t.detach().to("cpu", copy=True) for _, _, t in slots if not t.is_meta}
+        kept: dict[int, tuple[torch.Tensor, torch.Tensor, int]] = {}
+        for m in modules:
+            for d, on_cpu in ((m._buffers, False), (m._parameters, True)):
+                for t in d.values():
+                    if t is None or id(t) in kept or t.is_meta or is_lazy(t) or (on_cpu and id(t) not in trainable):
+                        continue
+                    kept[id(t)] = (t, t.detach().to("cpu", copy=True) if on_cpu else t.detach().clone(), t._version)
     saved_grads = [(p, p.grad) for _, p in params]
+    failed: list[str] = []
+    raised = False
     try:
         yield
+    except BaseException:
+        raised = True
+        raise
     finally:
         for p, g in saved_grads:
             p.grad = g
+        for m, ps, bs, ms in registered:
+            for d, was in ((m._parameters, ps), (m._buffers, bs), (m._modules, ms)):
+                if [(k, id(v)) for k, v in d.items()] != [(k, id(v)) for k, v in was.items()]:
+                    d.clear()
+                    d.update(was)
         with torch.no_grad():
-            for d, k, t in slots:
-                d[k] = t  # the object registered before, whatever the forward bound there
-                if id(t) in values:
-                    t.copy_(values[id(t)])
+            for t, value, version in kept.values():
+                try:
+                    if t._version == version and torch.equal(t.detach().to(value.device), value):
+                        continue  # untouched: not written (its version, a caller's graph, stay)
+                    if t.shape == value.shape and t.dtype == value.dtype:
+                        t.copy_(value)
+                    else:  # resized inside (an observer's buffer): its old tensor back
+                        t.data = value.to(t.device)
+                except Exception as e:  # noqa: BLE001 - said below, unless an error is already on its way
+                    failed.append(f"{tuple(t.shape)} {type(e).__name__}: {e}")
         for m, mode in saved_modes:
             m.training = mode
+        if failed and not raised:
+            raise CommschedError(f"could not restore {len(failed)} tensor(s) of the model after probing it, first {failed[0]}")
 
 
 def sum_of_means(output: object) -> torch.Tensor:

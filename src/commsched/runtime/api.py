@@ -62,6 +62,8 @@ def plan_for(
     order are (DDP launches buckets in order), unused parameters at the first gradient of the step
     (where DDP marks them ready), and the plan's buckets are runs of that order, as DDP will keep them.
     """
+    from torch.nn.parameter import is_lazy
+
     from commsched.models.inputs import as_inputs
     from commsched.models.inventory import sum_of_means
     from commsched.models.source import materialize_lazy
@@ -74,13 +76,15 @@ def plan_for(
         spec = cluster if isinstance(cluster, ClusterSpec) else cluster_from_spec(cluster)
         chosen = planner(strategy)
         # lazy modules get their parameters on every rank (one forward pass and loss without
-        # gradients), as the job's own first step would give them, before rank 0 measures
-        materialize_lazy(model, as_inputs(example_inputs), sum_of_means if loss_fn is None else loss_fn, type(model).__name__)
+        # gradients), as the job's own first step would give them, before rank 0 measures; other
+        # ranks' inputs are not read otherwise
+        if any(is_lazy(t) for t in (*model.parameters(), *model.buffers())):
+            materialize_lazy(model, as_inputs(example_inputs), sum_of_means if loss_fn is None else loss_fn, type(model).__name__)
         refused = None
-    except CommschedError as e:
+    except Exception as e:  # noqa: BLE001 - whatever one rank raises, every rank hears of it
         if not distributed:
             raise
-        refused = str(e)
+        refused = e
     if distributed:  # a rank whose arguments are refused says so on every rank, not only its own
         _agree_on_arguments(refused, model)
     if semantics is None:
@@ -115,16 +119,19 @@ def plan_for(
 ARGUMENTS_TIMEOUT_S = 300.0
 
 
-def _agree_on_arguments(refused: str | None, model: nn.Module) -> None:
+def _agree_on_arguments(refused: Exception | None, model: nn.Module) -> None:
     """Every rank's verdict on its own ``plan_for`` arguments (a cluster file one rank cannot read,
-    a strategy one rank misspells), gathered within ``ARGUMENTS_TIMEOUT_S``: an error on every rank
-    naming the first refused, where one rank raising alone left the others waiting for its plan."""
+    a strategy one rank misspells), gathered within ``ARGUMENTS_TIMEOUT_S``: the refusing rank
+    raises its own error, the others one naming it (its first 255 bytes), where one rank raising
+    alone left the others waiting for its plan."""
     from commsched.runtime.collectives import comm_device, gather_text
 
     rank = dist.get_rank()
-    said = gather_text(refused or "", None, comm_device(None, model), rank, ARGUMENTS_TIMEOUT_S, "plan_for's argument check")
+    text = "" if refused is None else str(refused) if isinstance(refused, CommschedError) else f"{type(refused).__name__}: {refused}"
+    said = gather_text(text or ("refused" if refused is not None else ""), None, comm_device(None, model), rank, ARGUMENTS_TIMEOUT_S,
+                       "plan_for's argument check")
     if refused is not None:
-        raise CommschedError(refused)
+        raise refused
     bad = [(r, text) for r, text in enumerate(said) if text]
     if bad:
         r, text = bad[0]
