@@ -405,3 +405,14 @@ def test_measuring_restores_what_the_forward_registers_and_leaves_a_callers_grap
     assert model.observed.shape == (0,)
     kept.backward()  # its saved tensors were not written
 
+
+
+def test_measuring_a_model_with_a_sparse_buffer_leaves_it_alone():
+    """torch.equal has no sparse kernel: an untouched sparse buffer was taken for one that could not be restored."""
+    from commsched.profile.measure import measure_profile
+
+    model = nn.Linear(4, 2)
+    model.register_buffer("mask", torch.sparse_coo_tensor([[0, 3]], [1.0, 1.0], (4,), check_invariants=True))
+    mask = model.mask
+    measure_profile(model, (torch.randn(3, 4),), lambda out: out.sum(), iters=1, warmup=0)
+    assert model.mask is mask

@@ -297,9 +297,13 @@ def restored_state(module: nn.Module, params: Sequence[tuple[str, nn.Parameter]]
                     d.update(was)
         with torch.no_grad():
             for t, value, version in kept.values():
+                try:  # untouched: not written (its version, a caller's graph, stay)
+                    same = t._version == version and torch.equal(t.detach().to(value.device), value)
+                except Exception:  # noqa: BLE001 - a layout without equality (sparse): its version says
+                    same = t._version == version
+                if same:
+                    continue
                 try:
-                    if t._version == version and torch.equal(t.detach().to(value.device), value):
-                        continue  # untouched: not written (its version, a caller's graph, stay)
                     if t.shape == value.shape and t.dtype == value.dtype:
                         t.copy_(value)
                     else:  # resized inside (an observer's buffer): its old tensor back
