@@ -17,14 +17,19 @@ def ignored_names(module: nn.Module) -> set[str]:
 def trainable_parameters(module: nn.Module) -> dict[str, nn.Parameter]:
     """The parameters DDP reduces, by name: trainable, not ignored, shared ones once
     (named_parameters already dedupes)."""
-    from torch.nn.parameter import is_lazy
-
     ignored = ignored_names(module)
     params = {n: p for n, p in module.named_parameters() if p.requires_grad and n not in ignored}
-    lazy = [n for n, p in params.items() if is_lazy(p)]
+    lazy = [n for n in lazy_names(module) if n in params]
     if lazy:  # their sizes are not known yet (DDP refuses them too)
         raise CommschedError(f"the model has lazy parameters not initialised yet ({few(lazy)}): run a forward pass (and the loss) first")
     return params
+
+
+def lazy_names(module: nn.Module) -> list[str]:
+    """The parameters and buffers of lazy modules (``nn.LazyLinear``, ...) not initialised yet, by name."""
+    from torch.nn.parameter import is_lazy
+
+    return [n for n, t in (*module.named_parameters(), *module.named_buffers()) if is_lazy(t)]
 
 
 def without_gradient(module: nn.Module, have: Iterable[str]) -> list[str]:

@@ -26,7 +26,7 @@ from torch import nn
 from commsched.errors import CommschedError
 from commsched.models.inputs import Inputs, as_inputs, batch_of, call_with
 from commsched.models.names import is_import_path
-from commsched.models.params import few, without_gradient
+from commsched.models.params import few, lazy_names, without_gradient
 
 
 @dataclass
@@ -132,15 +132,15 @@ def build(spec: str, batch_size: int, image_size: int | None = None, device: str
     return Built(model, inputs, loss_fn, batch, kwargs.get("image_size"), kwargs.get("device"))
 
 
-def materialize_lazy(model: nn.Module, inputs: Inputs, loss_fn: Callable, spec: str) -> None:
+def materialize_lazy(model: nn.Module, inputs: object, loss_fn: Callable, spec: str) -> None:
     """Give a model's lazy modules (``nn.LazyLinear``, ...) their parameters by one forward pass of
     its example inputs and the loss without gradients, in eval mode (no batch-norm statistics move), every
     module's mode then restored. Copies, memory estimates and DDP need the shapes (DDP refuses a
-    model with uninitialised parameters). A model without lazy modules is not run."""
-    from torch.nn.parameter import is_lazy
-
-    if not any(is_lazy(t) for t in (*model.parameters(), *model.buffers())):
+    model with uninitialised parameters). A model without lazy modules is not run, nor its
+    ``inputs`` read (:func:`~commsched.models.inputs.as_inputs` only then)."""
+    if not lazy_names(model):
         return
+    inputs = as_inputs(inputs)
     modes = [(m, m.training) for m in model.modules()]
     loss_error = None
     try:
@@ -156,7 +156,7 @@ def materialize_lazy(model: nn.Module, inputs: Inputs, loss_fn: Callable, spec: 
     finally:
         for m, training in modes:
             m.training = training
-    lazy = [n for n, t in (*model.named_parameters(), *model.named_buffers()) if is_lazy(t)]
+    lazy = lazy_names(model)
     if lazy and loss_error is not None:
         raise user_error(f"model {spec!r}'s loss failed on its output (in eval mode, without gradients, to initialise its lazy "
                       f"modules {few(lazy)})", loss_error) from loss_error

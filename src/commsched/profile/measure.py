@@ -22,13 +22,12 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.nn.parameter import is_lazy
 
 from commsched.errors import CommschedError
 from commsched.report.progress import progress as progress_bar
 from commsched.models.inputs import Inputs, as_inputs, batch_of, call_with
 from commsched.models.inventory import check_dense_gradients, remove_all, restored_state, sum_of_means
-from commsched.models.params import few, trainable_parameters
+from commsched.models.params import few, lazy_names, trainable_parameters
 from commsched.types import ModelProfile, TensorSpec
 
 __all__ = ["measure_device", "measure_factory_profile", "measure_profile", "measure_zoo_profile"]
@@ -167,7 +166,7 @@ def measure_profile(
     _check_count("batch_size", batch_size, 1)
     loss_fn = sum_of_means if loss_fn is None else loss_fn
 
-    lazy = [n for n, t in (*module.named_parameters(), *module.named_buffers()) if is_lazy(t)]
+    lazy = lazy_names(module)
     if lazy:  # sizes not known yet
         raise CommschedError(f"the model has lazy parameters or buffers not initialised yet ({few(lazy)}): run a forward pass (and the loss) first")
     # named_parameters() already drops repeats of shared (tied) parameters, keeping the first name.

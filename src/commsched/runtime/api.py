@@ -62,9 +62,6 @@ def plan_for(
     order are (DDP launches buckets in order), unused parameters at the first gradient of the step
     (where DDP marks them ready), and the plan's buckets are runs of that order, as DDP will keep them.
     """
-    from torch.nn.parameter import is_lazy
-
-    from commsched.models.inputs import as_inputs
     from commsched.models.inventory import sum_of_means
     from commsched.models.source import materialize_lazy
     from commsched.profile.measure import measure_profile
@@ -78,8 +75,7 @@ def plan_for(
         # lazy modules get their parameters on every rank (one forward pass and loss without
         # gradients), as the job's own first step would give them, before rank 0 measures; other
         # ranks' inputs are not read otherwise
-        if any(is_lazy(t) for t in (*model.parameters(), *model.buffers())):
-            materialize_lazy(model, as_inputs(example_inputs), sum_of_means if loss_fn is None else loss_fn, type(model).__name__)
+        materialize_lazy(model, example_inputs, sum_of_means if loss_fn is None else loss_fn, type(model).__name__)
         refused = None
     except Exception as e:  # noqa: BLE001 - whatever one rank raises, every rank hears of it
         if not distributed:
