@@ -131,15 +131,18 @@ def ring_link_from_fit(a_s: float, b_s_per_byte: float, workers: int) -> LinkPar
     return LinkParams(alpha_s=a_s / (2 * (n - 1)), beta_s_per_byte=b_s_per_byte * n / (2 * (n - 1)))
 
 
-def _mgwfbp(name: str, a_s: float, b: float, figure: str, hardware: str, device: str) -> ClusterSpec:
+def _mgwfbp(name: str, cluster: str, figure: str, hardware: str, device: str) -> ClusterSpec:
+    """One of MG-WFBP's three clusters, its all-reduce fit read from the shipped table of Fig. 4's fits."""
+    (row,) = [r for r in read_paper_table("mg-wfbp-clusters.csv") if r["cluster"] == cluster]
+    a_s, b = float(row["a_s"]), float(row["b_s_per_byte"])
     return ClusterSpec(
         device=device,
         name=name,
-        workers=16,
-        allreduce=AlgorithmCost("ring", ring_link_from_fit(a_s, b, 16), 16),
+        workers=int(row["gpus"]),
+        allreduce=AlgorithmCost("ring", ring_link_from_fit(a_s, b, int(row["gpus"])), int(row["gpus"])),
         source=(
             f"MG-WFBP (Shi, Chu, Li), Section 6.2, {figure}: {hardware}; all-reduce fit a={a_s:g} s, "
-            f"b={b:g} s/byte at 16 workers (shared/data/mg-wfbp-clusters.csv), read as ring links"
+            f"b={b:g} s/byte at {row['gpus']} workers (commsched/cost/data/mg-wfbp-clusters.csv), read as ring links"
         ),
     )
 
@@ -206,7 +209,7 @@ def _rs_2xv100s_pcie() -> ClusterSpec:
         source=(
             "resource-sharing paper (Zhong, Qu), Section 4.1: 2x V100S 32 GB over PCIe, no NVLink, NCCL ring "
             "(modified by the authors to set blocks and threads per call), default config 2x256. Contention: Figure 2 (25 MB all-reduce time per config) and Figure 3 (slowdown of conv2d, "
-            "batch_norm and relu, geometric mean) from shared/data/resource-sharing-fig{2,3}-*.csv. All-reduce: "
+            "batch_norm and relu, geometric mean) from commsched/cost/data/resource-sharing-fig{2,3}-*.csv. All-reduce: "
             "a = 19.8 us from NCCL's tuning model (src/graph/tuning.cc, PCI ring Simple), beta = 6.77e-10 s/byte "
             "from Figure 5c (39 ms of all-reduce per ResNet-18 iteration at 1x64)"
         ),
@@ -280,10 +283,10 @@ HIERARCHICAL_PRESETS: dict[str, ClusterSpec] = {
 
 
 PRESETS: dict[str, ClusterSpec] = {
-    "k80-10gbe": _mgwfbp("k80-10gbe", 9.72e-4, 1.97e-9, "Fig. 4a, cluster 1", "16 Tesla K80 (GK210) on 8 nodes, 10GbE", "K80"),
-    "v100-10gbe": _mgwfbp("v100-10gbe", 9.08e-4, 7.4e-10, "Fig. 4b, cluster 2", "16 Tesla V100 PCIe on 4 nodes, 10GbE", "V100"),
+    "k80-10gbe": _mgwfbp("k80-10gbe", "cluster1", "Fig. 4a, cluster 1", "16 Tesla K80 (GK210) on 8 nodes, 10GbE", "K80"),
+    "v100-10gbe": _mgwfbp("v100-10gbe", "cluster2", "Fig. 4b, cluster 2", "16 Tesla V100 PCIe on 4 nodes, 10GbE", "V100"),
     "v100-56gbib": _mgwfbp(
-        "v100-56gbib", 2.36e-4, 4.06e-10, "Fig. 4c, cluster 3", "16 Tesla V100 PCIe on 4 nodes, 56Gb InfiniBand", "V100"
+        "v100-56gbib", "cluster3", "Fig. 4c, cluster 3", "16 Tesla V100 PCIe on 4 nodes, 56Gb InfiniBand", "V100"
     ),
     # OSF testbed (OSF Section 3.1): 32 RTX 2080 Ti, 4 machines, 25 Gbit/s, NCCL ring; BDP 45 KB (Section 4.2).
     # OSF Eq. 7 is the ring row of Table II with link beta = 1/bandwidth and gamma = 1/(pi s), so it is
