@@ -9,3 +9,11 @@ from __future__ import annotations
 
 class CommschedError(ValueError):
     """Bad input: a file, a number, a name. The message says which and why."""
+
+
+def check_flags(where: str, **flags: object) -> None:
+    """Each of ``flags`` must be True or False: torch's C++ refuses anything else in a message that
+    dumps the model's tensors and names no argument, and ``bool()`` would take "no" as True."""
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise CommschedError(f"{where}: {name} must be True or False, got {type(value).__name__} {value!r}")

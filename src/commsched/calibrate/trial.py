@@ -46,6 +46,7 @@ from commsched.calibrate.bootstrap import interval95
 from commsched.errors import CommschedError
 
 Verdict = Literal["plan", "stock"]
+MIN_RESAMPLES = 100  # fewer leave nothing off the ends of a 95% interval
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,10 @@ class TrialRule:
             v = getattr(self, k)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise CommschedError(f"TrialRule.{k} must be a positive whole number, got {v!r}")
+        if self.resamples < MIN_RESAMPLES:
+            raise CommschedError(
+                f"TrialRule.resamples must be at least {MIN_RESAMPLES} (its 95% interval leaves 2.5% of them off each end), got {self.resamples}"
+            )
         if self.min_pairs_clear < 2:
             raise CommschedError(f"TrialRule.min_pairs_clear must be at least 2 (a t interval needs a spread), got {self.min_pairs_clear}")
         if not self.min_pairs_reject <= self.max_pairs or not self.min_pairs_keep <= self.max_pairs:

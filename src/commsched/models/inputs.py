@@ -51,8 +51,17 @@ def tensors(inputs: Inputs) -> Iterator[torch.Tensor]:
 
 
 def batch_of(inputs: Inputs) -> int | None:
-    """The leading dimension of the first tensor in ``inputs`` that has one, else None."""
-    return next((int(x.shape[0]) for x in tensors(inputs) if x.dim() > 0), None)
+    """The leading dimension of the first tensor in ``inputs`` that has one, or a ``PackedSequence``'s
+    batch (its first time step's count: its data's leading dimension counts tokens), else None."""
+    from torch.nn.utils.rnn import PackedSequence
+
+    values = inputs.values() if isinstance(inputs, dict) else inputs
+    for x in values:
+        if isinstance(x, PackedSequence):
+            return int(x.batch_sizes[0])
+        if isinstance(x, torch.Tensor) and x.dim() > 0:
+            return int(x.shape[0])
+    return None
 
 
 def moved(inputs: Inputs, device: torch.device) -> Inputs:

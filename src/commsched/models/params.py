@@ -9,6 +9,15 @@ from torch import nn
 from commsched.errors import CommschedError
 
 
+def check_module(obj: object, where: str) -> None:
+    """``obj`` must be the model itself, a ``torch.nn.Module``."""
+    if not isinstance(obj, nn.Module):
+        shown = repr(obj)
+        raise CommschedError(
+            f"{where} takes the model as a torch.nn.Module, got {type(obj).__name__} {shown[:60] + '...' if len(shown) > 60 else shown}"
+        )
+
+
 def ignored_names(module: nn.Module) -> set[str]:
     """Parameters and buffers DDP is told to leave alone (``_set_params_and_buffers_to_ignore_for_model``)."""
     return set(getattr(module, "_ddp_params_and_buffers_to_ignore", ()) or ())

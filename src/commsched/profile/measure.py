@@ -86,7 +86,7 @@ def _check_count(what: str, value: int, minimum: int) -> int:
 def _infer_batch_size(example_inputs: Inputs) -> int:
     batch = batch_of(example_inputs)
     if batch is None:
-        raise CommschedError("example_inputs holds no tensor with a batch dimension; pass batch_size")
+        raise CommschedError("example_inputs holds no tensor with a batch dimension (a PackedSequence, a list of tensors): pass batch_size=")
     return batch
 
 

@@ -17,7 +17,8 @@ from torch import nn
 from dataclasses import replace
 
 from commsched.cost.cluster import ClusterSpec
-from commsched.errors import CommschedError
+from commsched.errors import CommschedError, check_flags
+from commsched.models.params import check_module
 from commsched.models.inputs import Inputs
 from commsched.formats.specs import cluster_from_spec
 from commsched.planners import DDP, MIN_GAIN_OVER_DDP, make_plan, planner, planner_for
@@ -38,10 +39,14 @@ def plan_for(
     find_unused_parameters: bool = False,
     semantics: Semantics | None = None,
     min_gain: float = MIN_GAIN_OVER_DDP,
+    batch_size: int | None = None,
 ) -> Plan:
     """Measure ``model``'s profile here (training steps on ``example_inputs``: a tuple or a tensor,
     positional, or a dict, by keyword) and plan it for ``cluster`` (a ClusterSpec, preset or file)
     and ``semantics`` (default: gloo's threads in a gloo process group, else NCCL's serial run).
+    ``batch_size`` (the profile's label; the timings are the inputs' own) defaults to the leading
+    dimension of the first tensor among the inputs: give it where no input is a tensor with one
+    (a ``PackedSequence``, a list of tensors).
 
     In an initialised process group only rank 0 measures and plans, and every rank receives rank 0's
     plan, or rank 0's error: plans made from each rank's own timings could differ, and DataParallel
@@ -68,6 +73,10 @@ def plan_for(
 
     distributed = dist.is_available() and dist.is_initialized()
     try:
+        check_module(model, "plan_for")
+        check_flags("plan_for", find_unused_parameters=find_unused_parameters)
+        if loss_fn is not None and not callable(loss_fn):
+            raise CommschedError(f"plan_for: loss_fn must be a function of the model's output, or None, got {type(loss_fn).__name__} {loss_fn!r}")
         if not isinstance(cluster, (ClusterSpec, str)):
             raise CommschedError(f"cluster must be a preset's name, a cluster file's path or a ClusterSpec, got {type(cluster).__name__} {cluster!r}")
         spec = cluster if isinstance(cluster, ClusterSpec) else cluster_from_spec(cluster)
@@ -93,7 +102,8 @@ def plan_for(
     error: str | None = None
     if not distributed or dist.get_rank() == 0:
         try:
-            profile = measure_profile(model, example_inputs, loss_fn, name=type(model).__name__, iters=iters, warmup=warmup)
+            profile = measure_profile(model, example_inputs, loss_fn, name=type(model).__name__, iters=iters, warmup=warmup,
+                                      batch_size=batch_size)
             profile = with_unused_parameters(profile, model, find_unused_parameters)
             plan = make_plan(planner_for(chosen.name, semantics), profile, spec.allreduce, semantics)
             if chosen.name == "optimal" and not find_unused_parameters:  # no stock layout to keep there (above)
@@ -124,7 +134,8 @@ def _agree_on_arguments(refused: Exception | None, model: nn.Module) -> None:
 
     rank = dist.get_rank()
     text = "" if refused is None else str(refused) if isinstance(refused, CommschedError) else f"{type(refused).__name__}: {refused}"
-    said = gather_text(text or ("refused" if refused is not None else ""), None, comm_device(None, model), rank, ARGUMENTS_TIMEOUT_S,
+    device = comm_device(None, model if isinstance(model, nn.Module) else nn.Module())  # a rank refused for its model too
+    said = gather_text(text or ("refused" if refused is not None else ""), None, device, rank, ARGUMENTS_TIMEOUT_S,
                        "plan_for's argument check")
     if refused is not None:
         raise refused

@@ -26,7 +26,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.join import JoinHook
 
-from commsched.errors import CommschedError
+from commsched.errors import CommschedError, check_flags
+from commsched.models.params import check_module
 from commsched.runtime.collectives import comm_device as _comm_device
 from commsched.runtime.collectives import wait_until as _wait
 from commsched.runtime.ddp_plan import (  # noqa: F401 - the names users and tests import from here
@@ -46,6 +47,10 @@ from commsched.types import Plan
 
 # DDP arguments the plan decides (or that the wrapper handles itself)
 _RESERVED = ("bucket_cap_mb", "bucket_cap_mb_list", "init_sync")
+# DDP's keyword arguments that are flags (torch.nn.parallel.DistributedDataParallel.__init__; the two
+# buffer flags may also be None, their default)
+DDP_FLAGS = ("check_reduction", "gradient_as_bucket_view", "static_graph", "skip_all_reduce_unused_params", "batched_grad_copy",
+             "broadcast_buffers", "forward_sync_buffers")
 
 
 class DataParallel(nn.parallel.DistributedDataParallel):
@@ -70,6 +75,9 @@ class DataParallel(nn.parallel.DistributedDataParallel):
         record: bool = False,
         **ddp_kwargs,
     ) -> None:
+        check_module(module, "commsched.DataParallel")
+        check_flags("commsched.DataParallel", find_unused_parameters=find_unused_parameters, record=record,
+                    **{k: ddp_kwargs[k] for k in DDP_FLAGS if ddp_kwargs.get(k) is not None})
         if not dist.is_available() or not dist.is_initialized():
             raise CommschedError("commsched.DataParallel needs torch.distributed initialised (init_process_group)")
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < 1e6:
@@ -227,7 +235,12 @@ class DataParallel(nn.parallel.DistributedDataParallel):
     @property
     def tuning(self) -> dict | None:
         """What tuning decided and what it cost (None without ``tune``; ``decision`` None while it runs)."""
-        return self.tuner.report() if self.tuner is not None else None
+        if self.tuner is None:
+            return None
+        try:
+            return self.tuner.report()
+        except AttributeError as e:  # nn.Module.__getattr__ would answer "no attribute 'tuning'" instead
+            raise RuntimeError(f"commsched.DataParallel.tuning: {type(e).__name__}: {e}") from e
 
     @property
     def records(self) -> list:

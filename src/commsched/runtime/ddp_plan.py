@@ -16,8 +16,8 @@ from dataclasses import replace
 
 from torch import nn
 
-from commsched.errors import CommschedError
-from commsched.models.params import few, ignored_names, trainable_parameters, without_gradient
+from commsched.errors import CommschedError, check_flags
+from commsched.models.params import check_module, few, ignored_names, trainable_parameters, without_gradient
 from commsched.planners.stock_ddp import Expression, TensorInfo, express
 from commsched.types import ModelProfile, Plan, TensorSpec
 
@@ -100,6 +100,9 @@ def ddp_options(
     The two flags are passed on to DDP when set.
     """
     check_is_plan(plan, "ddp_options")
+    check_flags("ddp_options", find_unused_parameters=find_unused_parameters, static_graph=static_graph)
+    if module is not None:
+        check_module(module, "ddp_options")
     if module is None:
         if find_unused_parameters and not static_graph:
             raise CommschedError("ddp_options(find_unused_parameters=True) needs the module (DDP then buckets in its definition order)")

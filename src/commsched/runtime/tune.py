@@ -165,6 +165,8 @@ class TuneConfig:
                 raise CommschedError(f"TuneConfig.{k} must be a path or None, got {type(v).__name__} {v!r}")
         if self.cluster is not None and not isinstance(self.cluster, str):
             raise CommschedError(f"TuneConfig.cluster must be a name (str) or None, got {type(self.cluster).__name__} {self.cluster!r}")
+        if not isinstance(self.rule, TrialRule):
+            raise CommschedError(f"TuneConfig.rule must be a commsched.TrialRule, got {type(self.rule).__name__} {self.rule!r}")
         if self.keep not in ("measured", "plan", "stock"):
             raise CommschedError(f"TuneConfig.keep must be 'measured', 'plan' or 'stock', got {self.keep!r}")
         if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) or not 0 < self.timeout_s < 1e6:

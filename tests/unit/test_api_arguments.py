@@ -1,0 +1,125 @@
+"""The public API's arguments that are not what it takes are one CommschedError naming the argument,
+not an AttributeError from inside commsched, torch's C++ constructor message (which dumps the
+model's tensors and names nothing), or a flag quietly read as True; and advice an error gives
+(pass batch_size=) is advice plan_for takes."""
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence
+
+from commsched.errors import CommschedError
+
+
+@pytest.fixture
+def one_rank():
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+
+
+def _loss(out: torch.Tensor) -> torch.Tensor:
+    return out.pow(2).mean()
+
+
+def _plan():
+    from commsched import plan_for
+
+    return plan_for(_model(), (torch.randn(4, 8),), _loss, strategy="wfbp", iters=2, warmup=1)
+
+
+@pytest.mark.parametrize("model", [None, "model", lambda x: x])
+def test_a_model_that_is_not_a_module_is_named(one_rank, model):
+    from commsched import DataParallel, ddp_options, plan_for
+
+    with pytest.raises(CommschedError, match=r"DataParallel takes the model as a torch.nn.Module, got"):
+        DataParallel(model, tune=True)
+    with pytest.raises(CommschedError, match=r"DataParallel takes the model as a torch.nn.Module"):
+        DataParallel(model, _plan())
+    with pytest.raises(CommschedError, match=r"plan_for takes the model as a torch.nn.Module, got " + type(model).__name__):
+        plan_for(model, (torch.randn(4, 8),), _loss)
+    if model is not None:  # ddp_options without a module is its one-dtype form
+        with pytest.raises(CommschedError, match=r"ddp_options takes the model as a torch.nn.Module"):
+            ddp_options(_plan(), model)
+
+
+@pytest.mark.parametrize("flag", ["find_unused_parameters", "record", "static_graph", "gradient_as_bucket_view", "broadcast_buffers"])
+def test_a_flag_that_is_not_a_bool_is_named_by_the_wrapper(one_rank, flag):
+    from commsched import DataParallel
+
+    with pytest.raises(CommschedError, match=rf"DataParallel: {flag} must be True or False, got str 'yes'"):
+        DataParallel(_model(), _plan(), **{flag: "yes"})
+    if flag != "record":  # recording is refused with tune=True anyway
+        with pytest.raises(CommschedError, match=rf"{flag} must be True or False"):
+            DataParallel(_model(), tune=True, **{flag: "yes"})
+
+
+def test_flags_of_plan_for_and_ddp_options_are_bools_not_truthy_values(one_rank):
+    from commsched import ddp_options, plan_for
+
+    with pytest.raises(CommschedError, match=r"plan_for: find_unused_parameters must be True or False, got str 'no'"):
+        plan_for(_model(), (torch.randn(4, 8),), _loss, find_unused_parameters="no")
+    for flag in ("find_unused_parameters", "static_graph"):
+        with pytest.raises(CommschedError, match=rf"ddp_options: {flag} must be True or False, got int 1"):
+            ddp_options(_plan(), _model(), **{flag: 1})
+    assert ddp_options(_plan(), _model(), find_unused_parameters=True)["find_unused_parameters"] is True
+
+
+def test_a_loss_that_is_not_a_function_is_named(one_rank):
+    from commsched import plan_for
+
+    with pytest.raises(CommschedError, match=r"plan_for: loss_fn must be a function of the model's output, or None, got str 'mse'"):
+        plan_for(_model(), (torch.randn(4, 8),), "mse")
+
+
+class _PackedLSTM(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(4, 8)
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, packed):
+        _, (h, _) = self.lstm(packed)
+        return self.head(h[-1])
+
+
+class _ListInput(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 1)
+
+    def forward(self, xs):
+        return torch.cat([self.lin(x) for x in xs])
+
+
+def test_a_packed_sequence_is_read_for_its_batch_and_plan_for_takes_the_batch_size_its_error_asks_for(one_rank):
+    from commsched import plan_for
+    from commsched.models.inputs import batch_of
+
+    torch.manual_seed(0)
+    packed = pack_padded_sequence(torch.randn(5, 3, 4), torch.tensor([5, 4, 2]))  # batch of 3, 11 tokens
+    assert batch_of((packed,)) == 3 and batch_of({"seq": packed}) == 3
+    assert plan_for(_PackedLSTM(), (packed,), _loss, iters=2, warmup=1).buckets
+    xs = [torch.randn(2, 4), torch.randn(3, 4)]  # a list of tensors has no batch to read
+    with pytest.raises(CommschedError, match=r"pass batch_size="):
+        plan_for(_ListInput(), (xs,), _loss, iters=2, warmup=1)
+    assert plan_for(_ListInput(), (xs,), _loss, iters=2, warmup=1, batch_size=2).buckets
+
+
+def test_tune_config_takes_a_trial_rule_only_and_a_rule_whose_interval_means_something():
+    from commsched import TrialRule, TuneConfig
+
+    for rule in (None, "fast", {"block": 2}):
+        with pytest.raises(CommschedError, match=r"TuneConfig.rule must be a commsched.TrialRule, got"):
+            TuneConfig(rule=rule)
+    with pytest.raises(CommschedError, match=r"TrialRule.resamples must be at least 100 .*got 1"):
+        TrialRule(resamples=1)
+    assert TuneConfig(rule=TrialRule(resamples=100)).rule.resamples == 100
