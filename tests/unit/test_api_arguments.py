@@ -73,11 +73,25 @@ def test_flags_of_plan_for_and_ddp_options_are_bools_not_truthy_values(one_rank)
     assert ddp_options(_plan(), _model(), find_unused_parameters=True)["find_unused_parameters"] is True
 
 
-def test_a_loss_that_is_not_a_function_is_named(one_rank):
-    from commsched import plan_for
+def test_a_loss_that_is_not_a_function_of_the_output_alone_is_named_with_the_way_to_give_it_targets(one_rank):
+    import functools
 
-    with pytest.raises(CommschedError, match=r"plan_for: loss_fn must be a function of the model's output, or None, got str 'mse'"):
-        plan_for(_model(), (torch.randn(4, 8),), "mse")
+    import torch.nn.functional as F
+
+    from commsched import plan_for
+    from commsched.profile.measure import measure_profile
+
+    x = torch.randn(4, 8)
+    with pytest.raises(CommschedError, match=r"plan_for: loss_fn must be a function of the model's output, got str 'mse'"):
+        plan_for(_model(), (x,), "mse")
+    for needs_targets in (nn.MSELoss(), F.mse_loss):  # called with the output alone, they raised inside torch
+        with pytest.raises(CommschedError, match=r"plan_for: loss_fn is called with the model's output alone \(.*target.*\): give it the targets"):
+            plan_for(_model(), (x,), needs_targets)
+        with pytest.raises(CommschedError, match=r"measure_profile: loss_fn is called with the model's output alone"):
+            measure_profile(_model(), (x,), needs_targets)
+    y = torch.zeros(4, 1)
+    for takes_output in (lambda out: F.mse_loss(out, y), functools.partial(F.mse_loss, target=y), _loss):
+        assert plan_for(_model(), (x,), takes_output, iters=2, warmup=1).buckets
 
 
 class _PackedLSTM(nn.Module):
@@ -123,3 +137,15 @@ def test_tune_config_takes_a_trial_rule_only_and_a_rule_whose_interval_means_som
     with pytest.raises(CommschedError, match=r"TrialRule.resamples must be at least 100 .*got 1"):
         TrialRule(resamples=1)
     assert TuneConfig(rule=TrialRule(resamples=100)).rule.resamples == 100
+
+
+def factory_with_a_two_argument_loss(batch_size: int = 4):
+    """A factory as users write one from their training script: the loss wants the labels too."""
+    return _model(), (torch.randn(batch_size, 8),), nn.MSELoss()
+
+
+def test_a_factorys_loss_that_wants_targets_is_named_before_any_step():
+    from commsched.models.source import build
+
+    with pytest.raises(CommschedError, match=r"factory_with_a_two_argument_loss' returned a loss: loss_fn is called with the model's output alone"):
+        build("tests.unit.test_api_arguments:factory_with_a_two_argument_loss", 4, None, None)

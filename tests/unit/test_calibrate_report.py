@@ -75,6 +75,26 @@ def test_a_partial_document_is_refused_by_the_loader_with_what_it_holds(tmp_path
     assert len(doc["raw"]["probes"]) == 2 * RANKS and len(doc["raw"]["profile_steps"]["ready_s"]) == 2 * STEPS
 
 
+def test_a_partial_document_with_its_profile_beside_it_is_finished_by_the_loader_with_a_warning(tmp_path, monkeypatch):
+    """A run stopped early leaves profile.json beside validate.json: `report`, `plan --runtime` and
+    every other reader get its predictions from the rounds it measured, not an error."""
+    from commsched.calibrate import report
+    from commsched.formats.io import profile_to_json, write_json
+    from commsched.formats.specs import semantics_from_spec
+
+    monkeypatch.setattr(report, "FINISH_RESAMPLES", 20)  # the intervals' resamples: time, not what is checked
+    run = synthetic_run()
+    path = tmp_path / "validate.json"
+    write_atomic(path, partial_of(run, 2))
+    write_json(tmp_path / "profile.json", profile_to_json(ORDER))
+    with pytest.warns(UserWarning, match=r"a partial validate run \(2 of 3 rounds measured.*predicted here from the rounds it measured"):
+        doc = load_validate_report(path)
+    want = finish_partial(partial_of(run, 2), ORDER)
+    assert doc["partial"] is True and doc["rounds_done"] == 2 and doc["strategies"] == want["strategies"]
+    with pytest.warns(UserWarning, match="partial"):
+        assert semantics_from_spec(str(path)).to_json() == doc["semantics"]  # plan --runtime validate.json
+
+
 @pytest.mark.parametrize("rounds", [1, 2, ROUNDS])
 def test_a_partial_run_finishes_as_the_run_would_have_on_the_rounds_it_measured(rounds):
     """What a killed run wrote is enough to make its predictions: the same numbers as a report built

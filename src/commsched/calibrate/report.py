@@ -168,7 +168,10 @@ def build_report(
     return report, semantics, in_rounds
 
 
-def finish_partial(doc: dict, order: ModelProfile, resamples: int = 200) -> dict:
+FINISH_RESAMPLES = 200  # bootstrap resamples of a partial run's intervals, finished after it stopped
+
+
+def finish_partial(doc: dict, order: ModelProfile, resamples: int | None = None) -> dict:
     """The report of a partial ``validate.json`` (a run stopped after ``rounds_done`` rounds): its
     predictions made from the whole rounds it measured, as the run would have made them at its end
     (without the recorded timelines, which come after the last round). ``order`` gives the tensors'
@@ -176,6 +179,7 @@ def finish_partial(doc: dict, order: ModelProfile, resamples: int = 200) -> dict
     returned as it is."""
     if not doc.get("partial") or "measured_steps_s" not in doc:
         return doc
+    resamples = FINISH_RESAMPLES if resamples is None else resamples
     done, steps = doc["rounds_done"], doc["steps_per_round"]
     if done < 1:
         raise CommschedError("this validate run stopped before its first round ended: there is nothing to predict against")
@@ -216,9 +220,12 @@ def is_validate_report(doc: object) -> bool:
 def load_validate_report(path: str | Path, *, partial: bool = False) -> dict:
     """A ``validate.json`` that ``validate`` wrote (any version of this format), checked for what
     its readers use: a finished report has ``strategies`` (an object) and ``stock_ddp``. A partial
-    one (a run stopped after ``rounds_done`` rounds) is an error that says so, unless ``partial``
-    (then it is returned as written; :func:`finish_partial` makes its predictions)."""
-    from commsched.formats.io import read_json
+    one (a run stopped after ``rounds_done`` rounds) is returned as written with ``partial``; else it
+    is finished here (:func:`finish_partial`, with the ``profile.json`` the run wrote beside it),
+    with a warning that says from how many rounds, or, without that profile, an error saying so."""
+    import warnings
+
+    from commsched.formats.io import load_profile, read_json
 
     p = Path(path)
     doc = read_json(p)
@@ -227,10 +234,14 @@ def load_validate_report(path: str | Path, *, partial: bool = False) -> dict:
     if doc.get("partial") and "stock_ddp" not in doc:
         if partial:
             return doc
-        raise CommschedError(
-            f"{p}: a partial validate run ({doc.get('rounds_done')} of {doc.get('rounds')} rounds measured, stopped before its "
-            "predictions): commsched.calibrate.finish_partial(doc, profile) makes them from what it measured"
-        )
+        held = f"a partial validate run ({doc.get('rounds_done')} of {doc.get('rounds')} rounds measured, stopped before its predictions)"
+        order = p.parent / "profile.json"
+        if not order.is_file():
+            raise CommschedError(
+                f"{p}: {held}, and no profile.json beside it (the run writes one before its first round) to make them from"
+            )
+        doc = finish_partial(doc, load_profile(order))
+        warnings.warn(f"{p}: {held}: predicted here from the rounds it measured", UserWarning, stacklevel=2)
     if not isinstance(doc.get("strategies"), dict) or "stock_ddp" not in doc:
         raise CommschedError(f"{p}: not a validate.json (needs 'strategies' and 'stock_ddp')")
     return doc

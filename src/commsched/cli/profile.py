@@ -34,7 +34,7 @@ from commsched.errors import CommschedError
 @click.option("--warmup", type=int, default=3, show_default=True, help="Untimed steps with --measure.")
 @click.option("--sequential", is_flag=True, help="With --measure: synchronise the device after every gradient (MG-WFBP 5.1).")
 @click.option("--from-trace", "trace_path", default=None, help="Measured profile from a torch.profiler Chrome trace of your job; with --model (a zoo name or package.module:factory, and --batch-size) its gradients get the model's names, without one they are named by position and shape.")
-@click.option("--cluster-out", default=None, help="With --from-trace: cluster JSON of the trace's all-reduces (default: <out>-cluster.json).")
+@click.option("--cluster-out", default=None, help="With --from-trace: cluster JSON of the trace's all-reduces (default: beside --out, job.json -> job-cluster.json).")
 @DTYPE_OPTION
 @click.option("--out", "out_path", required=True, help="Profile JSON to write.")
 def profile(model, batch_size, device, image_size, efficiency, measure, iters, warmup, sequential, trace_path, cluster_out, out_path, dtype=None) -> None:

@@ -72,3 +72,23 @@ def moved(inputs: Inputs, device: torch.device) -> Inputs:
     if isinstance(inputs, dict):
         return {k: move(v) for k, v in inputs.items()}
     return tuple(move(x) for x in inputs)
+
+
+def check_loss(loss_fn: object, where: str) -> None:
+    """``loss_fn`` must be a function commsched can call with the model's output alone (it returns
+    the scalar to backpropagate); one that needs the targets too (``nn.CrossEntropyLoss()``) is named
+    with the way to give them. A signature Python cannot read is taken as it is."""
+    import inspect
+
+    if not callable(loss_fn):
+        raise CommschedError(f"{where}: loss_fn must be a function of the model's output, got {type(loss_fn).__name__} {loss_fn!r}")
+    try:
+        # a module's __call__ takes anything: its forward says what it needs
+        inspect.signature(loss_fn.forward if isinstance(loss_fn, nn.Module) else loss_fn).bind(object())
+    except ValueError:  # no signature to read (some builtins)
+        return
+    except TypeError as e:
+        raise CommschedError(
+            f"{where}: loss_fn is called with the model's output alone ({e}): give it the targets itself, "
+            "e.g. lambda out: F.cross_entropy(out, labels)"
+        ) from None

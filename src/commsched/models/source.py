@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from commsched.errors import CommschedError
-from commsched.models.inputs import Inputs, as_inputs, batch_of, call_with
+from commsched.models.inputs import Inputs, as_inputs, batch_of, call_with, check_loss
 from commsched.models.names import is_import_path
 from commsched.models.params import few, lazy_names, without_gradient
 
@@ -122,8 +122,7 @@ def build(spec: str, batch_size: int, image_size: int | None = None, device: str
     if not isinstance(model, nn.Module):
         raise CommschedError(f"{spec!r} returned a model that is not an nn.Module: {type(model).__name__}")
     inputs = as_inputs(inputs, f"the example inputs {spec!r} returned")
-    if not callable(loss_fn):
-        raise CommschedError(f"{spec!r} returned a loss_fn that is not callable: {type(loss_fn).__name__}")
+    check_loss(loss_fn, f"{spec!r} returned a loss")
     materialize_lazy(model, inputs, loss_fn, spec)
     if "batch_size" in kwargs:
         batch = batch_size

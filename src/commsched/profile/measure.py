@@ -25,7 +25,7 @@ from torch import nn
 
 from commsched.errors import CommschedError
 from commsched.report.progress import progress as progress_bar
-from commsched.models.inputs import Inputs, as_inputs, batch_of, call_with
+from commsched.models.inputs import Inputs, as_inputs, batch_of, call_with, check_loss
 from commsched.models.inventory import check_dense_gradients, remove_all, restored_state, sum_of_means
 from commsched.models.params import few, lazy_names, trainable_parameters
 from commsched.types import ModelProfile, TensorSpec
@@ -164,6 +164,8 @@ def measure_profile(
     if batch_size is None:
         batch_size = _infer_batch_size(example_inputs)
     _check_count("batch_size", batch_size, 1)
+    if loss_fn is not None:
+        check_loss(loss_fn, "measure_profile")
     loss_fn = sum_of_means if loss_fn is None else loss_fn
 
     lazy = lazy_names(module)

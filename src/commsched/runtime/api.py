@@ -19,7 +19,7 @@ from dataclasses import replace
 from commsched.cost.cluster import ClusterSpec
 from commsched.errors import CommschedError, check_flags
 from commsched.models.params import check_module
-from commsched.models.inputs import Inputs
+from commsched.models.inputs import Inputs, check_loss
 from commsched.formats.specs import cluster_from_spec
 from commsched.planners import DDP, MIN_GAIN_OVER_DDP, make_plan, planner, planner_for
 from commsched.sim.semantics import NCCL, Semantics
@@ -75,8 +75,8 @@ def plan_for(
     try:
         check_module(model, "plan_for")
         check_flags("plan_for", find_unused_parameters=find_unused_parameters)
-        if loss_fn is not None and not callable(loss_fn):
-            raise CommschedError(f"plan_for: loss_fn must be a function of the model's output, or None, got {type(loss_fn).__name__} {loss_fn!r}")
+        if loss_fn is not None:
+            check_loss(loss_fn, "plan_for")
         if not isinstance(cluster, (ClusterSpec, str)):
             raise CommschedError(f"cluster must be a preset's name, a cluster file's path or a ClusterSpec, got {type(cluster).__name__} {cluster!r}")
         spec = cluster if isinstance(cluster, ClusterSpec) else cluster_from_spec(cluster)

@@ -18,7 +18,7 @@ with its defaults. :func:`run` goes through these phases:
    non-decreasing) is what predictions use;
 3. :func:`runtime_phase` measures the runtime's semantics (:mod:`commsched.sim.semantics`): the
    process group's thread count; the concurrency gain (two all-reduces launched together against
-   one); compute slowed by one all-reduce in flight (c) and by two (c2); and, at four message sizes,
+   one); compute slowed by one all-reduce in flight (c) and by two (c2); and, at four or five message sizes,
    k-chains of all-reduces launched at the start of a backward pass against the same alone: the
    per-size factor of an all-reduce under compute (``under_compute``, LIBRA's p(c, r) depending on
    the message size c), which also holds the per-call costs as the runtime issues them; and two
@@ -493,13 +493,17 @@ def record_round(job: Job, before: Before, head: dict, rounds: Rounds) -> None:
     """Before the first round and after each, on rank 0: ``validate.json`` with what has been measured
     so far, marked partial (and, the first time, ``profile.json`` with the tensors' order and the
     profile before the rounds, with which :func:`commsched.calibrate.finish_partial` makes its
-    predictions; the finished run writes the rounds' profile over it)."""
+    predictions, and the cluster and semantics measured before the rounds, so that a run stopped
+    early can be planned again; the finished run writes the rounds' over them)."""
     if job.rank != 0:
         return
     from commsched.formats.io import profile_to_json, write_json
 
     if rounds.done == 0:
         write_json(job.out / "profile.json", profile_to_json(before.profile))
+        if before.cluster is not None and before.semantics is not None:
+            write_json(job.out / "cluster.json", before.cluster.to_json())
+            write_json(job.out / "semantics.json", before.semantics.to_json())
     head = {**head, "probe": before.probe.info()}
     doc = partial_report(head, rounds.done, rounds.steps(before.order), rounds.probes(), rounds.measured(), rounds.light_before, job.memory)
     write_atomic(job.out / "validate.json", doc)
