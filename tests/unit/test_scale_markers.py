@@ -97,3 +97,18 @@ def test_no_markers_without_the_strategies_they_compare():
     assert find_markers(rs) == []
     marked, _ = mark_rows(rs)
     assert all(r[k] == 0 for r in marked for k in MARKER_COLUMNS)
+
+
+def test_worker_series_keep_every_count_typed_and_continue_from_the_two_before_the_dots():
+    """Before, the series ran from the first two counts: 1,2,3,4,...,16 ran 1,2,4,8,16 (the 3
+    silently gone) and 4,8,100,3,...,64 ran without an error."""
+    from commsched.errors import CommschedError
+    from commsched.scale.sweep import expand_workers
+
+    assert expand_workers("4,8,...,64") == (4, 8, 16, 32, 64)
+    assert expand_workers("1,3,6,12,...,48") == (1, 3, 6, 12, 24, 48)
+    assert expand_workers("2,3,4,8,...,32") == (2, 3, 4, 8, 16, 32)
+    with pytest.raises(CommschedError, match=r"3,4 is not one"):
+        expand_workers("1,2,3,4,...,16")
+    with pytest.raises(CommschedError, match=r"must increase, got .*100, 3.* before '...'"):
+        expand_workers("4,8,100,3,...,64")

@@ -18,8 +18,8 @@ from commsched.types import MAX_WORKERS, ModelProfile, shown
 
 
 def expand_workers(spec: str, what: str = "worker count") -> tuple[int, ...]:
-    """Parse "4,8,16" or a geometric "4,8,...,2048" (ratio from the first two terms); ``what`` names
-    the counts in errors (node counts for ``scale --nodes``)."""
+    """Parse "4,8,16" or a geometric "4,8,...,2048" (every count typed, then the series of the two
+    before "...", by their ratio); ``what`` names the counts in errors (node counts for ``scale --nodes``)."""
     parts = [p.strip() for p in spec.split(",") if p.strip()]
     if not parts:
         raise CommschedError(f"{what}s must be a comma-separated list, got {shown(spec)}")
@@ -36,12 +36,16 @@ def expand_workers(spec: str, what: str = "worker count") -> tuple[int, ...]:
             raise CommschedError(f"{what} must be at most 2**20 (1,048,576), got {shown(p)}")
         out.append(int(p))
     if "..." in parts or "…" in parts:
-        a, b, last = out[0], out[1], out[-1]
-        if b <= a or b % a:
+        # every count typed is kept; '...' continues the series of the two just before it
+        typed, last = out[:-1], out[-1]
+        if any(b <= a for a, b in zip(typed, typed[1:])):
+            raise CommschedError(f"{what}s must increase, got {shown(typed)} before '...'")
+        a, b = typed[-2], typed[-1]
+        if b % a:
             raise CommschedError(f"'...' continues a geometric series with a whole ratio; {a},{b} is not one")
         if last < b:
             raise CommschedError(f"the last count after '...' must be at least {b}, got {last} in {shown(spec)}")
-        seq = [a]
+        seq = typed
         while seq[-1] * (b // a) <= last:
             seq.append(seq[-1] * (b // a))
         if seq[-1] != last:
