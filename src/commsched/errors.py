@@ -15,5 +15,6 @@ def check_flags(where: str, **flags: object) -> None:
     """Each of ``flags`` must be True or False: torch's C++ refuses anything else in a message that
     dumps the model's tensors and names no argument, and ``bool()`` would take "no" as True."""
     for name, value in flags.items():
-        if not isinstance(value, bool):
+        numpy_bool = type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool")  # torch's C++ takes it too
+        if not isinstance(value, bool) and not numpy_bool:
             raise CommschedError(f"{where}: {name} must be True or False, got {type(value).__name__} {value!r}")

@@ -71,6 +71,9 @@ def test_flags_of_plan_for_and_ddp_options_are_bools_not_truthy_values(one_rank)
         with pytest.raises(CommschedError, match=rf"ddp_options: {flag} must be True or False, got int 1"):
             ddp_options(_plan(), _model(), **{flag: 1})
     assert ddp_options(_plan(), _model(), find_unused_parameters=True)["find_unused_parameters"] is True
+    import numpy as np
+
+    assert "static_graph" not in ddp_options(_plan(), _model(), static_graph=np.bool_(False))  # numpy's bool is a bool to torch too
 
 
 def test_a_loss_that_is_not_a_function_of_the_output_alone_is_named_with_the_way_to_give_it_targets(one_rank):
