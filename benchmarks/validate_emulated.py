@@ -100,7 +100,9 @@ def main() -> None:
                 kept.mkdir(parents=True, exist_ok=True)
                 for name in ("validate.json", "profile.json"):
                     shutil.copyfile(out / name, kept / name)
-        reports[model] = load_validate_report(out / "validate.json")
+        reports[model] = load_validate_report(out / "validate.json", partial=True)
+        if reports[model].get("partial"):  # a stopped run is not a row of this table
+            sys.exit(f"{out / 'validate.json'}: a validate run stopped after {reports[model].get('rounds_done')} rounds")
         if args.repredict:
             from commsched.formats.io import profile_from_json
             from commsched.calibrate import repredict

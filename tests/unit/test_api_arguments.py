@@ -68,12 +68,16 @@ def test_flags_of_plan_for_and_ddp_options_are_bools_not_truthy_values(one_rank)
     with pytest.raises(CommschedError, match=r"plan_for: find_unused_parameters must be True or False, got str 'no'"):
         plan_for(_model(), (torch.randn(4, 8),), _loss, find_unused_parameters="no")
     for flag in ("find_unused_parameters", "static_graph"):
-        with pytest.raises(CommschedError, match=rf"ddp_options: {flag} must be True or False, got int 1"):
-            ddp_options(_plan(), _model(), **{flag: 1})
+        for bad in (2, 0.5, "True"):
+            with pytest.raises(CommschedError, match=rf"ddp_options: {flag} must be True or False, got {type(bad).__name__} {bad!r}"):
+                ddp_options(_plan(), _model(), **{flag: bad})
     assert ddp_options(_plan(), _model(), find_unused_parameters=True)["find_unused_parameters"] is True
     import numpy as np
 
-    assert "static_graph" not in ddp_options(_plan(), _model(), static_graph=np.bool_(False))  # numpy's bool is a bool to torch too
+    # what torch's C++ takes as flags and configs hold (YAML's 0/1, numpy's bool, None) stays taken
+    for off in (np.bool_(False), 0, None):
+        assert "static_graph" not in ddp_options(_plan(), _model(), static_graph=off)
+    assert ddp_options(_plan(), _model(), static_graph=1)["static_graph"] is True
 
 
 def test_a_loss_that_is_not_a_function_of_the_output_alone_is_named_with_the_way_to_give_it_targets(one_rank):
@@ -152,3 +156,31 @@ def test_a_factorys_loss_that_wants_targets_is_named_before_any_step():
 
     with pytest.raises(CommschedError, match=r"factory_with_a_two_argument_loss' returned a loss: loss_fn is called with the model's output alone"):
         build("tests.unit.test_api_arguments:factory_with_a_two_argument_loss", 4, None, None)
+
+
+def test_losses_that_get_their_targets_some_other_way_are_taken():
+    """Signatures that look like (input, target) but are called with the output alone and work: a
+    decorator that gives the target, a module whose __call__ or forward pre-hook does."""
+    import functools
+
+    import torch.nn.functional as F
+
+    from commsched.models.inputs import check_loss
+
+    y = torch.zeros(4, 1)
+
+    def with_target(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            return fn(*args, y, **kwargs)
+        return wrapper
+
+    class CalledWithTarget(nn.MSELoss):
+        def __call__(self, out):
+            return super().__call__(out, y)
+
+    hooked = nn.MSELoss()
+    hooked.register_forward_pre_hook(lambda module, args: (*args, y))
+    for loss in (with_target(F.mse_loss), CalledWithTarget(), hooked):
+        check_loss(loss, "t")
+        assert loss(torch.ones(4, 1)).item() == 1.0  # they do run on the output alone

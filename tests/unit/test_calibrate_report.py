@@ -4,6 +4,7 @@ read back through one loader, and finished from a partial run."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -93,6 +94,11 @@ def test_a_partial_document_with_its_profile_beside_it_is_finished_by_the_loader
     assert doc["partial"] is True and doc["rounds_done"] == 2 and doc["strategies"] == want["strategies"]
     with pytest.warns(UserWarning, match="partial"):
         assert semantics_from_spec(str(path)).to_json() == doc["semantics"]  # plan --runtime validate.json
+    # another run's profile beside it is refused, naming both files, not used
+    other = replace(ORDER, tensors=ORDER.tensors[:-1])
+    write_json(tmp_path / "profile.json", profile_to_json(other))
+    with pytest.raises(CommschedError, match=r"validate.json: .*profile.json beside it is not its run's profile"):
+        load_validate_report(path)
 
 
 @pytest.mark.parametrize("rounds", [1, 2, ROUNDS])

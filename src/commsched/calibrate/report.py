@@ -240,7 +240,17 @@ def load_validate_report(path: str | Path, *, partial: bool = False) -> dict:
             raise CommschedError(
                 f"{p}: {held}, and no profile.json beside it (the run writes one before its first round) to make them from"
             )
-        doc = finish_partial(doc, load_profile(order))
+        profile = load_profile(order)
+        before = doc.get("profile_before_run") or {}
+        if (before.get("tensors"), before.get("bytes")) != (len(profile.tensors), profile.total_bytes):
+            raise CommschedError(
+                f"{p}: {held}, and {order} beside it is not its run's profile ({len(profile.tensors)} tensors, "
+                f"{profile.total_bytes} bytes, where the run's had {before.get('tensors')} and {before.get('bytes')})"
+            )
+        try:
+            doc = finish_partial(doc, profile)
+        except CommschedError as e:
+            raise CommschedError(f"{p}: {e}") from None
         warnings.warn(f"{p}: {held}: predicted here from the rounds it measured", UserWarning, stacklevel=2)
     if not isinstance(doc.get("strategies"), dict) or "stock_ddp" not in doc:
         raise CommschedError(f"{p}: not a validate.json (needs 'strategies' and 'stock_ddp')")

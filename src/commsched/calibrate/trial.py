@@ -46,7 +46,7 @@ from commsched.calibrate.bootstrap import interval95
 from commsched.errors import CommschedError
 
 Verdict = Literal["plan", "stock"]
-MIN_RESAMPLES = 100  # fewer leave nothing off the ends of a 95% interval
+MIN_RESAMPLES = 100  # a 95% interval then leaves 2 off each end; under 40, none
 
 
 @dataclass(frozen=True)

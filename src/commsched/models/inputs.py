@@ -66,8 +66,10 @@ def batch_of(inputs: Inputs) -> int | None:
 
 def moved(inputs: Inputs, device: torch.device) -> Inputs:
     """``inputs`` with every tensor moved to ``device`` (other values as they are)."""
+    from torch.nn.utils.rnn import PackedSequence
+
     def move(x: Any) -> Any:
-        return x.to(device) if isinstance(x, torch.Tensor) else x
+        return x.to(device) if isinstance(x, (torch.Tensor, PackedSequence)) else x
 
     if isinstance(inputs, dict):
         return {k: move(v) for k, v in inputs.items()}
@@ -82,9 +84,19 @@ def check_loss(loss_fn: object, where: str) -> None:
 
     if not callable(loss_fn):
         raise CommschedError(f"{where}: loss_fn must be a function of the model's output, got {type(loss_fn).__name__} {loss_fn!r}")
+    if isinstance(loss_fn, nn.Module):
+        # a module's __call__ takes anything and its forward says what it needs, unless something
+        # between them gives the rest: its own __call__, or a forward pre-hook (its own or global)
+        from torch.nn.modules import module as torch_module
+
+        if type(loss_fn).__call__ is not nn.Module.__call__ or loss_fn._forward_pre_hooks or torch_module._global_forward_pre_hooks:
+            return
+        signature_of = loss_fn.forward
+    else:
+        signature_of = loss_fn
     try:
-        # a module's __call__ takes anything: its forward says what it needs
-        inspect.signature(loss_fn.forward if isinstance(loss_fn, nn.Module) else loss_fn).bind(object())
+        # the function itself, not what a decorator wraps (functools.wraps): the wrapper may give the rest
+        inspect.signature(signature_of, follow_wrapped=False).bind(object())
     except ValueError:  # no signature to read (some builtins)
         return
     except TypeError as e:

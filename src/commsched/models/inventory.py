@@ -43,7 +43,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from commsched.errors import CommschedError
 from commsched.models.inputs import Inputs, as_inputs, batch_of, call_with
 from commsched.models.inventory_types import GradTensor, KernelWork, ModelInventory
-from commsched.models.params import few
+from commsched.models.params import check_module, few
 
 __all__ = ["GradTensor", "KernelRecorder", "KernelWork", "ModelInventory", "flop_counter", "inventory", "sum_of_means"]
 
@@ -420,8 +420,7 @@ def inventory(
 
     The tensors' ``forward_flops`` therefore sum exactly to the counter's total.
     """
-    if not isinstance(module, nn.Module):
-        raise CommschedError(f"inventory needs a torch.nn.Module, got {type(module).__name__}")
+    check_module(module, "inventory")
     example_inputs = as_inputs(example_inputs)
     batch_size = _batch_size(example_inputs, name) if batch_size is None else batch_size
     params = _trainable_parameters(module)

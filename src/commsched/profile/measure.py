@@ -27,7 +27,7 @@ from commsched.errors import CommschedError
 from commsched.report.progress import progress as progress_bar
 from commsched.models.inputs import Inputs, as_inputs, batch_of, call_with, check_loss
 from commsched.models.inventory import check_dense_gradients, remove_all, restored_state, sum_of_means
-from commsched.models.params import few, lazy_names, trainable_parameters
+from commsched.models.params import check_module, few, lazy_names, trainable_parameters
 from commsched.types import ModelProfile, TensorSpec
 
 __all__ = ["measure_device", "measure_factory_profile", "measure_profile", "measure_zoo_profile"]
@@ -156,8 +156,7 @@ def measure_profile(
     profile's ``device`` field) defaults to the CUDA device name or ``"cpu"``. ``progress=True``
     shows a rich progress bar on stderr.
     """
-    if not isinstance(module, nn.Module):
-        raise CommschedError(f"measure_profile needs a torch.nn.Module, got {type(module).__name__}")
+    check_module(module, "measure_profile")
     example_inputs = as_inputs(example_inputs)
     _check_count("warmup", warmup, 0)
     _check_count("iters", iters, 1)
