@@ -83,7 +83,9 @@ def check_loss(loss_fn: object, where: str) -> None:
     import inspect
 
     if not callable(loss_fn):
-        raise CommschedError(f"{where}: loss_fn must be a function of the model's output, got {type(loss_fn).__name__} {loss_fn!r}")
+        from commsched.types import shown
+
+        raise CommschedError(f"{where}: loss_fn must be a function of the model's output, got {type(loss_fn).__name__} {shown(loss_fn)}")
     if isinstance(loss_fn, nn.Module):
         # a module's __call__ takes anything and its forward says what it needs, unless something
         # between them gives the rest: its own __call__, or a forward pre-hook (its own or global)

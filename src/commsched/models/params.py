@@ -12,10 +12,9 @@ from commsched.errors import CommschedError
 def check_module(obj: object, where: str) -> None:
     """``obj`` must be the model itself, a ``torch.nn.Module``."""
     if not isinstance(obj, nn.Module):
-        shown = repr(obj)
-        raise CommschedError(
-            f"{where} takes the model as a torch.nn.Module, got {type(obj).__name__} {shown[:60] + '...' if len(shown) > 60 else shown}"
-        )
+        from commsched.types import shown
+
+        raise CommschedError(f"{where} takes the model as a torch.nn.Module, got {type(obj).__name__} {shown(obj)}")
 
 
 def ignored_names(module: nn.Module) -> set[str]:
